@@ -24,6 +24,18 @@ from store.history import (
     sanitize_history,
     trim_history,
 )
+from store._store import AsyncLedger, AsyncStore, Ledger, Store
+from store._values import (
+    Appended,
+    Branch,
+    Conversation,
+    Event,
+    ForkPoint,
+    NewEvent,
+    Position,
+    Run,
+    RunCursor,
+)
 from store.ids import new_id
 from store.messages import (
     DataPart,
@@ -40,22 +52,35 @@ from store.messages import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "Appended",
+    "AsyncLedger",
+    "AsyncStore",
+    "Branch",
     "ChatledgerError",
     "ConflictError",
+    "Conversation",
     "DataPart",
+    "Event",
+    "ForkPoint",
     "HistoryError",
     "HistoryProcessor",
     "HistoryRepair",
     "InvalidInputError",
     "LeaseError",
+    "Ledger",
     "Message",
+    "NewEvent",
     "NotFoundError",
     "Part",
+    "Position",
     "ResumeConflictError",
+    "Run",
+    "RunCursor",
     "RunStateError",
     "SanitizeReport",
     "SchemaError",
     "StorageError",
+    "Store",
     "TextPart",
     "ThinkingPart",
     "ToolCall",

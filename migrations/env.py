@@ -1,0 +1,50 @@
+"""Alembic environment for chatledger's tables.
+
+Run through `Store.migrate()` (which hands in a connection) or the `chatledger
+migrate` command. The version table is `chatledger_alembic_version`, so the
+user's own Alembic history in the same database is left alone, and
+autogenerate only looks at `chatledger_` tables.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from alembic import context
+from sqlalchemy.engine import Connection
+
+from store._dialect import create_engine, normalize_url
+from store.schema import metadata
+
+VERSION_TABLE = "chatledger_alembic_version"
+
+
+def include_name(name: str | None, type_: str, _parents: dict[str, Any]) -> bool:
+    """Only chatledger's own tables are ours to compare and migrate."""
+    if type_ == "table":
+        return bool(name and name.startswith("chatledger_"))
+    return True
+
+
+def run(connection: Connection) -> None:
+    context.configure(
+        connection=connection,
+        target_metadata=metadata,
+        version_table=VERSION_TABLE,
+        render_as_batch=connection.dialect.name == "sqlite",
+        include_name=include_name,
+        compare_type=True,
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+connection = context.config.attributes.get("connection")
+if connection is not None:
+    run(connection)
+else:
+    engine = create_engine(normalize_url(context.config.get_main_option("sqlalchemy.url")))
+    with engine.connect() as conn:
+        run(conn)
+        conn.commit()
+    engine.dispose()

@@ -1,0 +1,49 @@
+"""Alembic, driven from the installed package (no alembic.ini needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy.engine import Connection
+
+import migrations
+
+__all__ = ["alembic_config", "current_revision", "head_revision", "upgrade"]
+
+VERSION_TABLE = "chatledger_alembic_version"
+
+
+def alembic_config(connection: Connection | None = None, url: str | None = None) -> Config:
+    """An Alembic config pointing at the migrations shipped in this package."""
+    config = Config()
+    config.set_main_option("script_location", str(Path(migrations.__file__).parent))
+    if url is not None:
+        config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    if connection is not None:
+        config.attributes["connection"] = connection
+    return config
+
+
+def upgrade(connection: Connection, revision: str = "head") -> None:
+    """Upgrade the schema on `connection`, inside the caller's transaction."""
+    command.upgrade(alembic_config(connection), revision)
+
+
+def downgrade(connection: Connection, revision: str) -> None:
+    """Downgrade the schema on `connection`."""
+    command.downgrade(alembic_config(connection), revision)
+
+
+def head_revision() -> str | None:
+    """The newest revision this package ships."""
+    return ScriptDirectory.from_config(alembic_config()).get_current_head()
+
+
+def current_revision(connection: Connection) -> str | None:
+    """The revision the database is at, or None when unmigrated."""
+    context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
+    return context.get_current_revision()

@@ -1,0 +1,471 @@
+"""Runs: their lifecycle, leases and the fencing check.
+
+A run appends its events as it goes and moves the head only when it
+completes, by compare-and-set against the head it started from. Every append
+names the run's cursor (owner, attempt, position); one conditional UPDATE of
+the run row checks, in the same transaction as the insert and against the
+database's clock, that the run is still running, leased to that owner and
+attempt, and at that position. A zombie worker that lost its lease matches no
+row, gets `LeaseError`, and writes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Row
+
+from store import _log
+from store._dialect import db_now, db_now_plus, is_sqlite
+from store._errors import (
+    ConflictError,
+    InvalidInputError,
+    LeaseError,
+    NotFoundError,
+    ResumeConflictError,
+    RunStateError,
+)
+from store._translate import unique_violation
+from store._values import Conversation, Event, NewEvent, Position, Run, RunCursor, RunStatus
+from store.ids import new_id
+from store.messages import Usage
+from store.schema import events, runs
+
+__all__ = [
+    "claim_stale_runs",
+    "end_run",
+    "get_run",
+    "list_runs",
+    "record",
+    "renew_lease",
+    "start_run",
+]
+
+_RESUME_KEY = "uq_chatledger_branches_conversation_id_resumes_run_id"
+_RESUMABLE = ("failed", "canceled")
+
+
+def _run(row: Row[Any]) -> Run:
+    m = row._mapping
+    expires = m["lease_expires_at"]
+    ended = m["ended_at"]
+    return Run(
+        id=m["id"],
+        conversation_id=m["conversation_id"],
+        branch_id=m["branch_id"],
+        position=m["position"],
+        base=Position(m["base_branch_id"], m["base_position"]),
+        head_at_start=Position(m["head_branch_id"], m["head_position"]),
+        status=m["status"],
+        stage=m["stage"],
+        error=m["error"],
+        request_count=m["request_count"],
+        tool_count=m["tool_count"],
+        usage=Usage.model_validate_json(m["usage"]),
+        model=m["model"],
+        resumes=m["resumes"],
+        lease_owner=m["lease_owner"],
+        lease_expires_at=None if expires is None else _log.utc(expires),
+        attempt=m["attempt"],
+        attention=m["attention"],
+        started_at=_log.utc(m["started_at"]),
+        ended_at=None if ended is None else _log.utc(ended),
+    )
+
+
+def get_run(conn: Connection, tenant: str, run_id: str) -> Run:
+    """The tenant's run; `NotFoundError` for a missing or foreign one."""
+    _log._check_id(run_id, "run")
+    row = conn.execute(
+        sa.select(runs).where(runs.c.id == run_id, runs.c.tenant == tenant)
+    ).first()
+    if row is None:
+        raise NotFoundError("run", run_id, tenant)
+    return _run(row)
+
+
+def list_runs(
+    conn: Connection,
+    tenant: str,
+    *,
+    conversation_id: str | None,
+    status: RunStatus | None,
+    attention: bool | None,
+    limit: int,
+) -> list[Run]:
+    """The tenant's runs, newest first."""
+    query = sa.select(runs).where(runs.c.tenant == tenant)
+    if conversation_id is not None:
+        query = query.where(runs.c.conversation_id == conversation_id)
+    if status is not None:
+        query = query.where(runs.c.status == status)
+    if attention is not None:
+        query = query.where(
+            runs.c.attention.is_not(None) if attention else runs.c.attention.is_(None)
+        )
+    rows = conn.execute(query.order_by(runs.c.id.desc()).limit(limit)).all()
+    return [_run(r) for r in rows]
+
+
+def start_run(
+    conn: Connection,
+    tenant: str,
+    conversation_id: str,
+    *,
+    run_id: str | None,
+    base: int | Position | None,
+    resumes: str | None,
+    model: str | None,
+    instructions_digest: str | None,
+    owner: str,
+    lease_seconds: float,
+) -> RunCursor:
+    """Open a run at `base` (default: the head) and record `run.started`.
+
+    A base at its branch's tip is appended to directly; any other base opens
+    a new branch. A resume always opens a `resume` branch, and the unique key
+    on the resumed run id lets only one exist.
+    """
+    run_id = run_id or new_id()
+    _log._check_id(run_id, "run")
+    conv = _log.get_conversation(conn, tenant, conversation_id, lock=True)
+    head_at_start = conv.head
+    resumed = None
+    if resumes is not None:
+        resumed = get_run(conn, tenant, resumes)
+        if resumed.conversation_id != conv.id or resumed.status not in _RESUMABLE:
+            raise RunStateError(run_id=resumes, status=resumed.status, wanted="be resumed")
+        head_at_start = resumed.head_at_start
+        if base is None:
+            base = Position(resumed.branch_id, resumed.position)
+    point = _log.resolve_position(conn, conv, base)
+    written: list[Event] = []
+    branch_id, position = point.branch_id, point.position
+    if resumed is not None or _log.branch_tip(conn, conv.id, branch_id) != position:
+        reason = "resume" if resumed is not None else "run"
+        try:
+            branch_id, created = _log.create_branch(
+                conn, conv.id, point, reason, run_id=run_id, resumes_run_id=resumes
+            )
+        except sa.exc.IntegrityError as error:
+            # The transaction rolls back as this propagates: nothing is written.
+            if resumes is not None and unique_violation(error, _RESUME_KEY):
+                raise ResumeConflictError(conversation_id=conv.id, run_id=resumes) from error
+            raise
+        written.append(created)
+        position += 1
+    payload = {
+        "base": {"branchId": point.branch_id, "position": point.position},
+        "headAtStart": {"branchId": head_at_start.branch_id, "position": head_at_start.position},
+        "instructionsDigest": instructions_digest,
+        "model": model,
+        "resumes": resumes,
+    }
+    (started,) = _log.insert_events(
+        conn,
+        conv.id,
+        branch_id,
+        position + 1,
+        [(NewEvent("run.started", payload), _log.canonical_json(payload))],
+        run_id=run_id,
+    )
+    conn.execute(
+        runs.insert().values(
+            id=run_id,
+            conversation_id=conv.id,
+            tenant=tenant,
+            branch_id=branch_id,
+            position=started.position,
+            base_branch_id=point.branch_id,
+            base_position=point.position,
+            head_branch_id=head_at_start.branch_id,
+            head_position=head_at_start.position,
+            status="running",
+            request_count=0,
+            tool_count=0,
+            usage=Usage().model_dump_json(),
+            model=model,
+            resumes=resumes,
+            lease_owner=_log.check_text(owner, "lease owner"),
+            lease_expires_at=db_now_plus(conn, lease_seconds),
+            attempt=1,
+            started_at=db_now(conn),
+        )
+    )
+    return RunCursor(run_id, conv.id, branch_id, started.position, owner, 1)
+
+
+def _fence(
+    conn: Connection, tenant: str, cursor: RunCursor, advance: int, values: dict[str, Any]
+) -> None:
+    """Check the lease and advance the run's position, or raise and write nothing."""
+    result = conn.execute(
+        runs.update()
+        .where(
+            runs.c.id == cursor.run_id,
+            runs.c.tenant == tenant,
+            runs.c.lease_owner == cursor.owner,
+            runs.c.attempt == cursor.attempt,
+            runs.c.status == "running",
+            runs.c.position == cursor.position,
+            runs.c.lease_expires_at > db_now(conn),
+        )
+        .values(position=cursor.position + advance, **values)
+    )
+    if result.rowcount == 1:
+        return
+    run = get_run(conn, tenant, cursor.run_id)
+    if run.status != "running":
+        raise RunStateError(run_id=run.id, status=run.status, wanted="record events or end")
+    if run.attempt != cursor.attempt or run.lease_owner != cursor.owner:
+        reason = f"worker '{run.lease_owner}' holds it at attempt {run.attempt}"
+    elif run.position != cursor.position:
+        raise ConflictError(
+            f"Run '{run.id}' is at position {run.position}, but the append expected "
+            f"{cursor.position}. Another append of this run got there first; reload the run.",
+            conversation_id=run.conversation_id,
+            branch_id=run.branch_id,
+            expected=cursor.position,
+            actual=run.position,
+        )
+    else:
+        reason = "its lease expired"
+    raise LeaseError(run_id=run.id, owner=cursor.owner, attempt=cursor.attempt, reason=reason)
+
+
+def record(
+    conn: Connection,
+    tenant: str,
+    cursor: RunCursor,
+    encoded: Sequence[tuple[NewEvent, str]],
+    *,
+    idempotency_key: str | None = None,
+    counts: dict[str, Any] | None = None,
+) -> tuple[list[Event], RunCursor]:
+    """Append a run's events after the fencing check; return them and the new cursor."""
+    if idempotency_key is not None:
+        conv = _log.get_conversation(conn, tenant, cursor.conversation_id)
+        replayed = _log._replayed(conn, conv, idempotency_key, encoded)
+        if replayed is not None:
+            last = replayed.events[-1].position
+            return replayed.events, _advanced(cursor, last)
+    _fence(conn, tenant, cursor, len(encoded), counts or {})
+    written = _log.insert_events(
+        conn,
+        cursor.conversation_id,
+        cursor.branch_id,
+        cursor.position + 1,
+        encoded,
+        run_id=cursor.run_id,
+        idempotency_key=idempotency_key,
+    )
+    return written, _advanced(cursor, cursor.position + len(encoded))
+
+
+def _advanced(cursor: RunCursor, position: int) -> RunCursor:
+    return RunCursor(
+        cursor.run_id,
+        cursor.conversation_id,
+        cursor.branch_id,
+        position,
+        cursor.owner,
+        cursor.attempt,
+    )
+
+
+def end_run(
+    conn: Connection,
+    tenant: str,
+    cursor: RunCursor,
+    status: RunStatus,
+    *,
+    stage: str | None = None,
+    error: str | None = None,
+    usage: Usage | None = None,
+    request_count: int | None = None,
+    tool_count: int | None = None,
+) -> tuple[Conversation | None, ConflictError | None]:
+    """End a run: completed (moving the head by compare-and-set), failed or canceled.
+
+    A completed run whose head moved meanwhile is recorded as failed at stage
+    `conflict`; its events stay where they are and the conflict is returned,
+    for the caller to raise after the commit.
+    """
+    run = get_run(conn, tenant, cursor.run_id)
+    conv = _log.get_conversation(conn, tenant, run.conversation_id, lock=True)
+    conflict = None
+    if status == "completed" and conv.head != run.head_at_start:
+        conflict = ConflictError(
+            f"Run '{run.id}' completed, but the head of conversation '{conv.id}' moved from "
+            f"{run.head_at_start.branch_id}:{run.head_at_start.position} to "
+            f"{conv.head.branch_id}:{conv.head.position} while it ran. Its events are kept on "
+            f"branch '{run.branch_id}'; move the head there or start a new run.",
+            conversation_id=conv.id,
+            branch_id=run.branch_id,
+            expected=run.head_at_start.position,
+            actual=conv.head.position,
+        )
+        status, stage, error = "failed", "conflict", str(conflict)
+    usage = usage or run.usage
+    counts = {
+        "requestCount": run.request_count if request_count is None else request_count,
+        "toolCount": run.tool_count if tool_count is None else tool_count,
+    }
+    payload: dict[str, Any] = {"usage": usage.model_dump(mode="json"), **counts}
+    if status == "failed":
+        payload |= {"stage": stage, "error": error}
+    kind = {"completed": "run.completed", "failed": "run.failed", "canceled": "run.canceled"}
+    if status not in kind:
+        raise InvalidInputError(f"A run ends completed, failed or canceled, not {status!r}.")
+    _fence(
+        conn,
+        tenant,
+        cursor,
+        1,
+        {
+            "status": status,
+            "stage": stage,
+            "error": error,
+            "usage": usage.model_dump_json(),
+            "request_count": counts["requestCount"],
+            "tool_count": counts["toolCount"],
+            "ended_at": db_now(conn),
+            "lease_owner": None,
+            "lease_expires_at": None,
+        },
+    )
+    (ended,) = _log.insert_events(
+        conn,
+        conv.id,
+        cursor.branch_id,
+        cursor.position + 1,
+        [(NewEvent(kind[status], payload), _log.canonical_json(payload))],  # type: ignore[arg-type]
+        run_id=run.id,
+        head=status == "completed",
+    )
+    if status != "completed":
+        return None, conflict
+    _log.set_head(conn, conv, Position(cursor.branch_id, ended.position), _appended_messages(conn, conv, run))
+    return _log.get_conversation(conn, tenant, conv.id), None
+
+
+def _appended_messages(conn: Connection, conv: Conversation, run: Run) -> list[Event]:
+    # A run on the head's own branch advances the view in place; any other
+    # run moves it (set_head decides), so only the in-place case needs rows.
+    if run.branch_id != conv.head.branch_id:
+        return []
+    rows = conn.execute(
+        sa.select(events)
+        .where(
+            events.c.conversation_id == conv.id,
+            events.c.branch_id == run.branch_id,
+            events.c.position > conv.head.position,
+            events.c.kind == "message.recorded",
+        )
+        .order_by(events.c.position)
+    ).all()
+    return [_log.event_from_row(r) for r in rows]
+
+
+def renew_lease(conn: Connection, tenant: str, cursor: RunCursor, seconds: float) -> None:
+    """Extend the lease, measured on the database's clock; `LeaseError` if lost."""
+    result = conn.execute(
+        runs.update()
+        .where(
+            runs.c.id == cursor.run_id,
+            runs.c.tenant == tenant,
+            runs.c.lease_owner == cursor.owner,
+            runs.c.attempt == cursor.attempt,
+            runs.c.status == "running",
+            runs.c.lease_expires_at > db_now(conn),
+        )
+        .values(lease_expires_at=db_now_plus(conn, seconds))
+    )
+    if result.rowcount != 1:
+        run = get_run(conn, tenant, cursor.run_id)
+        raise LeaseError(
+            run_id=run.id,
+            owner=cursor.owner,
+            attempt=cursor.attempt,
+            reason=f"the run is {run.status} at attempt {run.attempt}",
+        )
+
+
+def claim_stale_runs(
+    conn: Connection,
+    tenant: str | None,
+    *,
+    owner: str,
+    limit: int,
+    lease_seconds: float,
+    max_attempts: int,
+) -> list[tuple[Run, RunCursor]]:
+    """Claim running runs whose lease expired; each claim is a new attempt.
+
+    Postgres skips rows another claimer has locked (`FOR UPDATE SKIP
+    LOCKED`); on SQLite the writer lock already makes this one claimer at a
+    time. A run that reached `max_attempts` is given up instead: recorded as
+    failed at stage `gave_up` and marked as needing attention.
+    """
+    _log.check_text(owner, "lease owner")
+    query = sa.select(runs).where(
+        runs.c.status == "running", runs.c.lease_expires_at <= db_now(conn)
+    )
+    if tenant is not None:
+        query = query.where(runs.c.tenant == tenant)
+    query = query.order_by(runs.c.lease_expires_at).limit(limit)
+    if not is_sqlite(conn):
+        query = query.with_for_update(skip_locked=True)
+    claimed = []
+    for row in conn.execute(query).all():
+        run = _run(row)
+        if run.attempt >= max_attempts:
+            _give_up(conn, run, max_attempts)
+            continue
+        conn.execute(
+            runs.update()
+            .where(runs.c.id == run.id)
+            .values(
+                attempt=run.attempt + 1,
+                lease_owner=owner,
+                lease_expires_at=db_now_plus(conn, lease_seconds),
+            )
+        )
+        fresh = get_run(conn, row.tenant, run.id)
+        claimed.append(
+            (fresh, RunCursor(run.id, run.conversation_id, run.branch_id, run.position, owner, fresh.attempt))
+        )
+    return claimed
+
+
+def _give_up(conn: Connection, run: Run, max_attempts: int) -> None:
+    reason = (
+        f"crashed on {run.attempt} attempts (the bound is {max_attempts}); a person should "
+        f"look at it before it is resumed"
+    )
+    payload = {"stage": "gave_up", "error": reason, "requestCount": run.request_count, "toolCount": run.tool_count, "usage": run.usage.model_dump(mode="json")}
+    _log.insert_events(
+        conn,
+        run.conversation_id,
+        run.branch_id,
+        run.position + 1,
+        [(NewEvent("run.failed", payload), _log.canonical_json(payload))],
+        run_id=run.id,
+    )
+    conn.execute(
+        runs.update()
+        .where(runs.c.id == run.id)
+        .values(
+            status="failed",
+            stage="gave_up",
+            error=reason,
+            attention=reason,
+            position=run.position + 1,
+            ended_at=db_now(conn),
+            lease_owner=None,
+            lease_expires_at=None,
+        )
+    )
+

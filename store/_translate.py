@@ -1,0 +1,64 @@
+"""Driver errors become chatledger errors here, and only here."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from sqlalchemy import exc as sa_exc
+
+from store._errors import ChatledgerError, InvalidInputError, SchemaError, StorageError
+
+__all__ = ["translating", "unique_violation"]
+
+_MISSING_TABLE = ("no such table", "does not exist", "undefinedtable")
+
+
+def unique_violation(error: BaseException, constraint: str) -> bool:
+    """Whether `error` is a unique violation of the named constraint or index.
+
+    Postgres names the constraint; SQLite names the columns, so for SQLite the
+    constraint's columns (as `table.col, table.col`) are matched instead.
+    """
+    if not isinstance(error, sa_exc.IntegrityError):
+        return False
+    orig = error.orig
+    diag = getattr(orig, "diag", None)
+    if diag is not None and getattr(diag, "constraint_name", None):
+        return bool(diag.constraint_name == constraint)
+    return constraint in str(orig)
+
+
+@contextmanager
+def translating(action: str) -> Iterator[None]:
+    """Translate driver errors raised while doing `action` (a gerund phrase)."""
+    try:
+        yield
+    except ChatledgerError:
+        raise
+    except sa_exc.DBAPIError as error:
+        text = str(error.orig).lower()
+        if any(m in text for m in _MISSING_TABLE) and "chatledger_" in text:
+            raise SchemaError(
+                f"The database has no chatledger tables (while {action}). Run "
+                f"`store.migrate()` or `chatledger migrate` once to create them."
+            ) from error
+        if "append-only" in text:
+            raise StorageError(
+                f"The database refused {action}: chatledger's events are append-only, "
+                f"and rows are never updated or deleted."
+            ) from error
+        if "nul" in text and ("0x00" in text or "character" in text):
+            raise InvalidInputError(
+                f"The database refused {action} because a value contains a NUL "
+                f"character. Remove NUL characters from tenant names and keys."
+            ) from error
+        if "database is locked" in text or "busy" in text:
+            raise StorageError(
+                f"The database stayed locked by another writer for longer than the busy "
+                f"timeout while {action}. Retry, or raise the busy timeout of Store.open()."
+            ) from error
+        raise StorageError(
+            f"The database failed while {action}: {error.orig}. Nothing was written by "
+            f"this operation; check the database and retry."
+        ) from error

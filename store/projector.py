@@ -1,0 +1,217 @@
+"""Events -> history views.
+
+The history at a position (branch, p) is the ordered `message.recorded`
+payloads along the lineage: the branch's own events up to p, preceded by the
+lineage of its parent at the fork position. Each conversation's *head* view is
+materialized in `chatledger_view_entries` (one row per message, pointing at
+its event) and kept current in the same transaction as every append or head
+move, so reading a head is one indexed range scan. Any other position is read
+from the events by walking the ancestry.
+
+The invariant, checked by a property test: the incrementally maintained view
+of every conversation equals `rebuild_views`' recomputation from the events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from store._values import Position
+from store.schema import branches, conversations, events, view_entries
+
+__all__ = [
+    "Segment",
+    "advance_view",
+    "common_prefix",
+    "fill_view",
+    "head_at",
+    "lineage",
+    "message_payloads",
+    "move_view",
+    "rebuild_views",
+    "view_payloads",
+]
+
+MESSAGE = "message.recorded"
+
+Segment = tuple[str, str, int, int]
+"""A piece of a lineage: (conversation id, branch id, first position, last position)."""
+
+
+def lineage(conn: Connection, at: Position) -> list[Segment]:
+    """The segments of the lineage ending at `at`, oldest first."""
+    chain = (
+        sa.select(
+            branches.c.id,
+            branches.c.conversation_id,
+            branches.c.parent_branch_id,
+            branches.c.parent_position,
+            sa.literal(0).label("depth"),
+        )
+        .where(branches.c.id == at.branch_id)
+        .cte("chain", recursive=True)
+    )
+    parent = branches.alias("parent")
+    chain = chain.union_all(
+        sa.select(
+            parent.c.id,
+            parent.c.conversation_id,
+            parent.c.parent_branch_id,
+            parent.c.parent_position,
+            (chain.c.depth + 1).label("depth"),
+        ).where(parent.c.id == chain.c.parent_branch_id)
+    )
+    rows = conn.execute(
+        sa.select(chain.c.conversation_id, chain.c.id, chain.c.parent_position).order_by(
+            chain.c.depth
+        )
+    ).all()
+    segments: list[Segment] = []
+    last = at.position
+    for conversation_id, branch_id, parent_position in rows:
+        first = (parent_position or 0) + 1
+        if last >= first:
+            segments.append((conversation_id, branch_id, first, last))
+        last = parent_position or 0
+    segments.reverse()
+    return segments
+
+
+def common_prefix(a: Sequence[Segment], b: Sequence[Segment]) -> int:
+    """The last position up to which two lineages hold the same events."""
+    agreed = 0
+    for (_, branch_a, _, last_a), (_, branch_b, _, last_b) in zip(a, b, strict=False):
+        if branch_a != branch_b:
+            break
+        agreed = min(last_a, last_b)
+        if last_a != last_b:
+            break
+    return agreed
+
+
+def _in_segments(segments: Sequence[Segment], after: int = 0) -> sa.ColumnElement[bool]:
+    clauses = [
+        sa.and_(
+            events.c.conversation_id == conversation_id,
+            events.c.branch_id == branch_id,
+            events.c.position.between(max(first, after + 1), last),
+        )
+        for conversation_id, branch_id, first, last in segments
+        if last > after
+    ]
+    return sa.or_(*clauses) if clauses else sa.false()
+
+
+def message_payloads(conn: Connection, segments: Sequence[Segment]) -> list[str]:
+    """The `message.recorded` payloads along `segments`, in order."""
+    rows = conn.execute(
+        sa.select(events.c.payload)
+        .where(_in_segments(segments), events.c.kind == MESSAGE)
+        .order_by(events.c.position)
+    ).scalars()
+    return list(rows)
+
+
+def view_payloads(conn: Connection, conversation_id: str) -> list[str]:
+    """The head view's message payloads: one indexed range scan."""
+    rows = conn.execute(
+        sa.select(events.c.payload)
+        .select_from(view_entries.join(events, events.c.seq == view_entries.c.event_seq))
+        .where(view_entries.c.conversation_id == conversation_id)
+        .order_by(view_entries.c.position)
+    ).scalars()
+    return list(rows)
+
+
+def advance_view(conn: Connection, conversation_id: str, rows: Sequence[tuple[int, int]]) -> None:
+    """Add messages appended at the head: `rows` are (position, event seq)."""
+    if rows:
+        conn.execute(
+            view_entries.insert(),
+            [
+                {"conversation_id": conversation_id, "position": p, "event_seq": s}
+                for p, s in rows
+            ],
+        )
+
+
+def move_view(conn: Connection, conversation_id: str, old: Position, new: Position) -> None:
+    """Bring the head view from lineage `old` to lineage `new`.
+
+    Only the part after the lineages' common prefix is rewritten.
+    """
+    new_segments = lineage(conn, new)
+    agreed = common_prefix(lineage(conn, old), new_segments)
+    conn.execute(
+        view_entries.delete().where(
+            view_entries.c.conversation_id == conversation_id,
+            view_entries.c.position > agreed,
+        )
+    )
+    _fill_view(conn, conversation_id, new_segments, after=agreed)
+
+
+def fill_view(conn: Connection, conversation_id: str, head: Position) -> None:
+    """Materialize the view of a conversation that has none yet (a new fork)."""
+    _fill_view(conn, conversation_id, lineage(conn, head))
+
+
+def _fill_view(
+    conn: Connection, conversation_id: str, segments: Sequence[Segment], after: int = 0
+) -> None:
+    if not any(last > after for *_, last in segments):
+        return
+    conn.execute(
+        view_entries.insert().from_select(
+            ["conversation_id", "position", "event_seq"],
+            sa.select(
+                sa.literal(conversation_id, type_=view_entries.c.conversation_id.type),
+                events.c.position,
+                events.c.seq,
+            ).where(_in_segments(segments, after), events.c.kind == MESSAGE),
+        )
+    )
+
+
+def rebuild_views(conn: Connection, conversation_ids: Sequence[str] | None = None) -> int:
+    """Drop and recompute head views from the events; return how many were rebuilt."""
+    query = sa.select(
+        conversations.c.id, conversations.c.head_branch_id, conversations.c.head_position
+    )
+    if conversation_ids is not None:
+        query = query.where(conversations.c.id.in_(conversation_ids))
+        conn.execute(view_entries.delete().where(view_entries.c.conversation_id.in_(conversation_ids)))
+    else:
+        conn.execute(view_entries.delete())
+    count = 0
+    for conversation_id, branch_id, position in conn.execute(query).all():
+        _fill_view(conn, conversation_id, lineage(conn, Position(branch_id, position)))
+        count += 1
+    return count
+
+
+def head_at(conn: Connection, conversation_id: str, when: datetime) -> Position | None:
+    """The conversation's head as of `when`: the last head-setting event by then."""
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    value: Any = when
+    if conn.dialect.name == "sqlite":
+        value = when.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+    row = conn.execute(
+        sa.select(events.c.branch_id, events.c.position)
+        .where(
+            events.c.conversation_id == conversation_id,
+            events.c.head.is_(True),
+            events.c.recorded_at <= sa.literal(value, type_=sa.Text)
+            if conn.dialect.name == "sqlite"
+            else events.c.recorded_at <= value,
+        )
+        .order_by(events.c.seq.desc())
+        .limit(1)
+    ).first()
+    return None if row is None else Position(row[0], row[1])

@@ -1,0 +1,170 @@
+"""The tables, as SQLAlchemy Core: the single source the migrations follow.
+
+Every table is prefixed `chatledger_`, because it lives in the user's own
+database beside the user's tables. docs/tables.md describes every column for
+people who query the log with plain SQL.
+
+Ids are UUIDv7 strings: native `uuid` on Postgres, the 36-character text form
+on SQLite (so a plain-SQL query uses the same spelling on both).
+
+Scale path: every table carries the conversation id and every secondary
+unique key starts with it, so the log can be partitioned by conversation.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql
+
+__all__ = [
+    "branches",
+    "conversations",
+    "events",
+    "metadata",
+    "runs",
+    "view_entries",
+]
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
+
+Id = sa.String(36).with_variant(postgresql.UUID(as_uuid=False), "postgresql")
+"""A UUIDv7 id: native uuid on Postgres, canonical text on SQLite."""
+
+Seq = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+"""A global sequence number (on SQLite, INTEGER PRIMARY KEY is the rowid)."""
+
+Timestamp = sa.DateTime(timezone=True)
+
+conversations = sa.Table(
+    "chatledger_conversations",
+    metadata,
+    sa.Column("id", Id, primary_key=True),
+    sa.Column("tenant", sa.String(200), nullable=False),
+    sa.Column("head_branch_id", Id, nullable=False),
+    sa.Column("head_position", sa.Integer, nullable=False),
+    sa.Column("created_at", Timestamp, nullable=False),
+    sa.Column("metadata", sa.Text, nullable=False),
+    sa.Column("forked_from_conversation_id", Id, nullable=True),
+    sa.Column("forked_from_branch_id", Id, nullable=True),
+    sa.Column("forked_from_position", sa.Integer, nullable=True),
+    # Keyset pagination of a tenant's conversations, newest first (ids are UUIDv7).
+    sa.Index("ix_chatledger_conversations_tenant_id", "tenant", "id"),
+)
+
+branches = sa.Table(
+    "chatledger_branches",
+    metadata,
+    sa.Column("id", Id, primary_key=True),
+    sa.Column("conversation_id", Id, nullable=False),
+    sa.Column("parent_branch_id", Id, nullable=True),
+    sa.Column("parent_position", sa.Integer, nullable=True),
+    sa.Column("reason", sa.String(16), nullable=False),
+    sa.Column("run_id", Id, nullable=True),
+    sa.Column("resumes_run_id", Id, nullable=True),
+    sa.Column("created_at", Timestamp, nullable=False),
+    # At most one resume branch per failed run: this constraint is what makes
+    # a resume exactly-once across racing workers.
+    sa.UniqueConstraint("conversation_id", "resumes_run_id"),
+    sa.CheckConstraint(
+        "reason IN ('root', 'run', 'resume', 'fork', 'edit')", name="reason"
+    ),
+)
+
+events = sa.Table(
+    "chatledger_events",
+    metadata,
+    sa.Column("seq", Seq, primary_key=True, autoincrement=True),
+    sa.Column("id", Id, nullable=False),
+    sa.Column("conversation_id", Id, nullable=False),
+    sa.Column("branch_id", Id, nullable=False),
+    sa.Column("position", sa.Integer, nullable=False),
+    sa.Column("run_id", Id, nullable=True),
+    sa.Column("kind", sa.String(32), nullable=False),
+    sa.Column("origin", sa.String(8), nullable=False),
+    # True on the event whose commit set the conversation's head to this
+    # event's (branch, position): the head at any moment is derivable from
+    # the log alone.
+    sa.Column("head", sa.Boolean, nullable=False),
+    sa.Column("recorded_at", Timestamp, nullable=False),
+    sa.Column("idempotency_key", sa.String(200), nullable=True),
+    # Canonical JSON text. Kept as text (not jsonb) so that `\u0000` and the
+    # exact bytes survive, and so a whole history is parsed in one call.
+    sa.Column("payload", sa.Text, nullable=False),
+    # The lineage scan: one branch's events in position order.
+    sa.UniqueConstraint("conversation_id", "branch_id", "position"),
+    sa.CheckConstraint("origin IN ('run', 'client', 'repair')", name="origin"),
+    sa.Index(
+        "ix_chatledger_events_idempotency",
+        "conversation_id",
+        "idempotency_key",
+        unique=True,
+        sqlite_where=sa.text("idempotency_key IS NOT NULL"),
+        postgresql_where=sa.text("idempotency_key IS NOT NULL"),
+    ),
+    sa.Index(
+        "ix_chatledger_events_run",
+        "run_id",
+        "seq",
+        sqlite_where=sa.text("run_id IS NOT NULL"),
+        postgresql_where=sa.text("run_id IS NOT NULL"),
+    ),
+)
+
+runs = sa.Table(
+    "chatledger_runs",
+    metadata,
+    sa.Column("id", Id, primary_key=True),
+    sa.Column("conversation_id", Id, nullable=False),
+    sa.Column("tenant", sa.String(200), nullable=False),
+    sa.Column("branch_id", Id, nullable=False),
+    # The run's own tip: the position of its last recorded event.
+    sa.Column("position", sa.Integer, nullable=False),
+    sa.Column("base_branch_id", Id, nullable=False),
+    sa.Column("base_position", sa.Integer, nullable=False),
+    sa.Column("head_branch_id", Id, nullable=False),
+    sa.Column("head_position", sa.Integer, nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("stage", sa.String(32), nullable=True),
+    sa.Column("error", sa.Text, nullable=True),
+    sa.Column("request_count", sa.Integer, nullable=False),
+    sa.Column("tool_count", sa.Integer, nullable=False),
+    sa.Column("usage", sa.Text, nullable=False),
+    sa.Column("model", sa.String(200), nullable=True),
+    sa.Column("resumes", Id, nullable=True),
+    sa.Column("lease_owner", sa.String(200), nullable=True),
+    sa.Column("lease_expires_at", Timestamp, nullable=True),
+    # The fencing token: incremented by every claim.
+    sa.Column("attempt", sa.Integer, nullable=False),
+    sa.Column("attention", sa.Text, nullable=True),
+    sa.Column("started_at", Timestamp, nullable=False),
+    sa.Column("ended_at", Timestamp, nullable=True),
+    sa.CheckConstraint(
+        "status IN ('running', 'completed', 'failed', 'canceled')", name="status"
+    ),
+    sa.Index("ix_chatledger_runs_conversation_id", "conversation_id", "id"),
+    # The resume worker's scan: running runs by lease expiry.
+    sa.Index(
+        "ix_chatledger_runs_stale",
+        "lease_expires_at",
+        sqlite_where=sa.text("status = 'running'"),
+        postgresql_where=sa.text("status = 'running'"),
+    ),
+)
+
+view_entries = sa.Table(
+    "chatledger_view_entries",
+    metadata,
+    # The materialized head view: one row per message of a conversation's head
+    # lineage, pointing at its event (payloads are not copied).
+    sa.Column("conversation_id", Id, primary_key=True),
+    sa.Column("position", sa.Integer, primary_key=True),
+    sa.Column("event_seq", Seq, nullable=False),
+)
