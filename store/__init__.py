@@ -36,6 +36,7 @@ from store._values import (
     Run,
     RunCursor,
 )
+from store import projector
 from store.ids import new_id
 from store.messages import (
     DataPart,

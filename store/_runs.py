@@ -31,7 +31,7 @@ from store._translate import unique_violation
 from store._values import Conversation, Event, NewEvent, Position, Run, RunCursor, RunStatus
 from store.ids import new_id
 from store.messages import Usage
-from store.schema import events, runs
+from store.schema import branches, events, runs
 
 __all__ = [
     "claim_stale_runs",
@@ -43,7 +43,6 @@ __all__ = [
     "start_run",
 ]
 
-_RESUME_KEY = "uq_chatledger_branches_conversation_id_resumes_run_id"
 _RESUMABLE = ("failed", "canceled")
 
 
@@ -151,7 +150,9 @@ def start_run(
             )
         except sa.exc.IntegrityError as error:
             # The transaction rolls back as this propagates: nothing is written.
-            if resumes is not None and unique_violation(error, _RESUME_KEY):
+            if resumes is not None and unique_violation(
+                error, branches, ["conversation_id", "resumes_run_id"]
+            ):
                 raise ResumeConflictError(conversation_id=conv.id, run_id=resumes) from error
             raise
         written.append(created)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
+import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 
 from store._errors import ChatledgerError, InvalidInputError, SchemaError, StorageError
@@ -14,19 +15,22 @@ __all__ = ["translating", "unique_violation"]
 _MISSING_TABLE = ("no such table", "does not exist", "undefinedtable")
 
 
-def unique_violation(error: BaseException, constraint: str) -> bool:
-    """Whether `error` is a unique violation of the named constraint or index.
+def unique_violation(error: BaseException, table: sa.Table, columns: Sequence[str]) -> bool:
+    """Whether `error` violates the unique key of `table` over `columns`.
 
-    Postgres names the constraint; SQLite names the columns, so for SQLite the
-    constraint's columns (as `table.col, table.col`) are matched instead.
+    Postgres names the violated constraint; SQLite names its columns.
     """
     if not isinstance(error, sa_exc.IntegrityError):
         return False
-    orig = error.orig
-    diag = getattr(orig, "diag", None)
-    if diag is not None and getattr(diag, "constraint_name", None):
-        return bool(diag.constraint_name == constraint)
-    return constraint in str(orig)
+    diag = getattr(error.orig, "diag", None)
+    name = getattr(diag, "constraint_name", None)
+    if name:
+        for constraint in [*table.constraints, *table.indexes]:
+            cols = [c.name for c in constraint.columns]  # type: ignore[attr-defined]
+            if constraint.name == name and cols == list(columns):
+                return True
+        return False
+    return f"failed: {', '.join(f'{table.name}.{c}' for c in columns)}" in str(error.orig)
 
 
 @contextmanager

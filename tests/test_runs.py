@@ -1,0 +1,223 @@
+"""Runs and branches: the head rule, partial runs, resumes, leases and fencing."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import sqlalchemy as sa
+
+from store import (
+    ConflictError,
+    LeaseError,
+    Ledger,
+    Message,
+    NewEvent,
+    ResumeConflictError,
+    RunStateError,
+    Store,
+    projector,
+)
+from store.schema import events
+
+
+def user(text: str) -> Message:
+    return Message(role="user", content=text)
+
+
+def said(text: str) -> NewEvent:
+    return NewEvent.of_message(Message(role="assistant", content=text))
+
+
+def contents(ledger: Ledger, conversation_id: str) -> list[str]:
+    return [m.content for m in ledger.history(conversation_id)]
+
+
+def test_fork_inherits_history_without_copying_rows(store: Store, ledger: Ledger) -> None:
+    conv = ledger.create_conversation()
+    ledger.append_messages(conv.id, [user("one"), user("two")])
+    with store.engine.connect() as conn:
+        before = conn.execute(sa.select(sa.func.count()).select_from(events)).scalar_one()
+    fork = ledger.fork(conv.id, at=2, metadata={"why": "test"})
+    with store.engine.connect() as conn:
+        after = conn.execute(sa.select(sa.func.count()).select_from(events)).scalar_one()
+    assert after == before + 1  # only the fork's conversation.created
+    assert fork.id != conv.id
+    assert fork.forked_from is not None and fork.forked_from.conversation_id == conv.id
+    assert contents(ledger, fork.id) == ["one"]
+    ledger.append_messages(fork.id, [user("fork only")])
+    assert contents(ledger, fork.id) == ["one", "fork only"]
+    assert contents(ledger, conv.id) == ["one", "two"]
+
+
+def test_fork_new_messages_carry_the_new_conversation(ledger: Ledger) -> None:
+    conv = ledger.create_conversation()
+    ledger.append_messages(conv.id, [user("one")])
+    fork = ledger.fork(conv.id)
+    appended = ledger.append_messages(fork.id, [user("two")])
+    assert {e.conversation_id for e in appended.events} == {fork.id}
+    inherited = ledger.events(conversation_id=conv.id)
+    assert {e.conversation_id for e in inherited} == {conv.id}
+
+
+def test_run_completion_moves_the_head(ledger: Ledger) -> None:
+    conv = ledger.create_conversation()
+    ledger.append_messages(conv.id, [user("q")])
+    cursor = ledger.start_run(conv.id, owner="w1", model="scripted")
+    _, cursor = ledger.record(cursor, [said("answer")])
+    done = ledger.complete_run(cursor)
+    assert done.head.position == cursor.position + 1
+    assert contents(ledger, conv.id) == ["q", "answer"]
+    assert ledger.run(cursor.run_id).status == "completed"
+
+
+def test_failed_run_partial_stays_beyond_the_head(ledger: Ledger) -> None:
+    conv = ledger.create_conversation()
+    ledger.append_messages(conv.id, [user("q")])
+    head = ledger.conversation(conv.id).head
+    cursor = ledger.start_run(conv.id, owner="w1")
+    _, cursor = ledger.record(cursor, [said("partial answer")])
+    ledger.fail_run(cursor, stage="model", error="boom")
+    assert ledger.conversation(conv.id).head == head
+    assert contents(ledger, conv.id) == ["q"]
+    run = ledger.run(cursor.run_id)
+    assert (run.status, run.stage) == ("failed", "model")
+    following = ledger.start_run(conv.id, owner="w1")
+    assert following.branch_id != cursor.branch_id
+    _, following = ledger.record(following, [said("fresh")])
+    ledger.complete_run(following)
+    assert contents(ledger, conv.id) == ["q", "fresh"]
+
+
+def test_completed_run_moves_the_head_only_by_compare_and_set(ledger: Ledger) -> None:
+    conv = ledger.create_conversation()
+    first = ledger.start_run(conv.id, owner="w1")
+    second = ledger.start_run(conv.id, owner="w2")
+    assert first.branch_id != second.branch_id
+    _, first = ledger.record(first, [said("first")])
+    _, second = ledger.record(second, [said("second")])
+    ledger.complete_run(first)
+    with pytest.raises(ConflictError, match="moved"):
+        ledger.complete_run(second)
+    assert contents(ledger, conv.id) == ["first"]
+    lost = ledger.run(second.run_id)
+    assert (lost.status, lost.stage) == ("failed", "conflict")
+    kinds = [e.kind for e in ledger.events(run_id=second.run_id)]
+    assert kinds == ["branch.created", "run.started", "message.recorded", "run.failed"]
+
+
+def test_append_while_a_run_is_open_branches_off_the_head(ledger: Ledger) -> None:
+    conv = ledger.create_conversation()
+    cursor = ledger.start_run(conv.id, owner="w1")
+    appended = ledger.append_messages(conv.id, [user("meanwhile")])
+    assert appended.head.branch_id != cursor.branch_id
+    assert contents(ledger, conv.id) == ["meanwhile"]
+    with pytest.raises(ConflictError):
+        ledger.complete_run(cursor)
+
+
+def test_resume_continues_from_the_partial(ledger: Ledger) -> None:
+    conv = ledger.create_conversation()
+    ledger.append_messages(conv.id, [user("q")])
+    cursor = ledger.start_run(conv.id, owner="w1")
+    _, cursor = ledger.record(cursor, [said("partial")])
+    ledger.fail_run(cursor, stage="tool", error="crash")
+    resume = ledger.start_run(conv.id, owner="w2", resumes=cursor.run_id)
+    assert resume.branch_id != cursor.branch_id
+    _, resume = ledger.record(resume, [said("finished")])
+    ledger.complete_run(resume)
+    assert contents(ledger, conv.id) == ["q", "partial", "finished"]
+    assert ledger.run(resume.run_id).resumes == cursor.run_id
+
+
+def test_at_most_one_resume_branch_under_racing_creators(ledger: Ledger) -> None:
+    conv = ledger.create_conversation()
+    cursor = ledger.start_run(conv.id, owner="w1")
+    ledger.fail_run(cursor, stage="model", error="crash")
+    barrier = threading.Barrier(8)
+    outcomes: list[str] = []
+    lock = threading.Lock()
+
+    def create() -> None:
+        barrier.wait()
+        try:
+            ledger.start_run(conv.id, owner=threading.current_thread().name, resumes=cursor.run_id)
+            outcome = "resumed"
+        except ResumeConflictError:
+            outcome = "conflict"
+        with lock:
+            outcomes.append(outcome)
+
+    threads = [threading.Thread(target=create) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(outcomes) == ["conflict"] * 7 + ["resumed"]
+    assert len(ledger.runs(conversation_id=conv.id)) == 2
+
+
+def test_running_run_cannot_be_resumed(ledger: Ledger) -> None:
+    conv = ledger.create_conversation()
+    cursor = ledger.start_run(conv.id, owner="w1")
+    with pytest.raises(RunStateError, match="running"):
+        ledger.start_run(conv.id, owner="w2", resumes=cursor.run_id)
+
+
+def test_stale_attempt_append_writes_nothing(ledger: Ledger) -> None:
+    conv = ledger.create_conversation()
+    zombie = ledger.start_run(conv.id, owner="zombie", lease_seconds=0)
+    claimed = ledger.claim_stale_runs(owner="rescuer", lease_seconds=60)
+    assert [(run.id, c.attempt) for run, c in claimed] == [(zombie.run_id, 2)]
+    before = ledger.events(run_id=zombie.run_id)
+    with pytest.raises(LeaseError, match="attempt 1") as caught:
+        ledger.record(zombie, [said("from the grave")])
+    assert "rescuer" in str(caught.value)
+    assert ledger.events(run_id=zombie.run_id) == before
+    _, rescuer = claimed[0]
+    written, _ = ledger.record(rescuer, [said("rescued")])
+    assert written[0].position == zombie.position + 1
+
+
+def test_expired_lease_refuses_appends_until_renewed_elsewhere(ledger: Ledger) -> None:
+    conv = ledger.create_conversation()
+    cursor = ledger.start_run(conv.id, owner="w1", lease_seconds=0)
+    with pytest.raises(LeaseError, match="expired"):
+        ledger.record(cursor, [said("late")])
+    with pytest.raises(LeaseError):
+        ledger.renew_lease(cursor, 30)
+
+
+def test_renewed_lease_is_not_claimable(ledger: Ledger) -> None:
+    conv = ledger.create_conversation()
+    cursor = ledger.start_run(conv.id, owner="w1", lease_seconds=60)
+    ledger.renew_lease(cursor, 60)
+    assert ledger.claim_stale_runs(owner="w2") == []
+
+
+def test_run_crashing_every_attempt_is_given_up(ledger: Ledger) -> None:
+    conv = ledger.create_conversation()
+    cursor = ledger.start_run(conv.id, owner="w1", lease_seconds=0)
+    for _ in range(2):
+        assert len(ledger.claim_stale_runs(owner="w", lease_seconds=0, max_attempts=3)) == 1
+    assert ledger.claim_stale_runs(owner="w", lease_seconds=0, max_attempts=3) == []
+    run = ledger.run(cursor.run_id)
+    assert (run.status, run.stage) == ("failed", "gave_up")
+    assert run.attention is not None and "3 attempts" in run.attention
+    assert [r.id for r in ledger.runs(attention=True)] == [cursor.run_id]
+
+
+def test_append_messages_is_atomic(ledger: Ledger, monkeypatch: pytest.MonkeyPatch) -> None:
+    conv = ledger.create_conversation()
+    ledger.append_messages(conv.id, [user("kept")])
+
+    def fail_midway(*_args: object, **_kwargs: object) -> None:
+        raise RuntimeError("injected failure after the events were inserted")
+
+    monkeypatch.setattr(projector, "advance_view", fail_midway)
+    with pytest.raises(RuntimeError, match="injected"):
+        ledger.append_messages(conv.id, [user("lost 1"), user("lost 2")])
+    monkeypatch.undo()
+    assert contents(ledger, conv.id) == ["kept"]
+    assert len(ledger.events(conversation_id=conv.id)) == 2
+    assert ledger.conversation(conv.id).head.position == 2
