@@ -12,18 +12,6 @@ from store._errors import (
     SchemaError,
     StorageError,
 )
-from store.history import (
-    HistoryProcessor,
-    HistoryRepair,
-    SanitizeReport,
-    UnsafePart,
-    budget_history,
-    from_pairs,
-    normalize_history,
-    resolve_conversation_id,
-    sanitize_history,
-    trim_history,
-)
 from store._store import AsyncLedger, AsyncStore, Ledger, Store
 from store._values import (
     Appended,
@@ -36,7 +24,18 @@ from store._values import (
     Run,
     RunCursor,
 )
-from store import projector
+from store.history import (
+    HistoryProcessor,
+    HistoryRepair,
+    SanitizeReport,
+    UnsafePart,
+    budget_history,
+    from_pairs,
+    normalize_history,
+    resolve_conversation_id,
+    sanitize_history,
+    trim_history,
+)
 from store.ids import new_id
 from store.messages import (
     DataPart,

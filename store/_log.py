@@ -278,9 +278,7 @@ def resolve_position(conn: Connection, conv: Conversation, at: int | Position | 
                 f"{tip}, not {at.position}. Pass a position in that range."
             )
         return at
-    raise InvalidInputError(
-        f"A position must be an int or a Position, not {type(at).__name__}."
-    )
+    raise InvalidInputError(f"A position must be an int or a Position, not {type(at).__name__}.")
 
 
 # -- branches -----------------------------------------------------------------
@@ -385,7 +383,7 @@ def insert_events(
     """
     if not encoded:
         return []
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "id": new_id(),
             "conversation_id": conversation_id,

@@ -28,7 +28,16 @@ from store._errors import (
     RunStateError,
 )
 from store._translate import unique_violation
-from store._values import Conversation, Event, NewEvent, Position, Run, RunCursor, RunStatus
+from store._values import (
+    BranchReason,
+    Conversation,
+    Event,
+    NewEvent,
+    Position,
+    Run,
+    RunCursor,
+    RunStatus,
+)
 from store.ids import new_id
 from store.messages import Usage
 from store.schema import branches, events, runs
@@ -77,9 +86,7 @@ def _run(row: Row[Any]) -> Run:
 def get_run(conn: Connection, tenant: str, run_id: str) -> Run:
     """The tenant's run; `NotFoundError` for a missing or foreign one."""
     _log._check_id(run_id, "run")
-    row = conn.execute(
-        sa.select(runs).where(runs.c.id == run_id, runs.c.tenant == tenant)
-    ).first()
+    row = conn.execute(sa.select(runs).where(runs.c.id == run_id, runs.c.tenant == tenant)).first()
     if row is None:
         raise NotFoundError("run", run_id, tenant)
     return _run(row)
@@ -143,7 +150,7 @@ def start_run(
     written: list[Event] = []
     branch_id, position = point.branch_id, point.position
     if resumed is not None or _log.branch_tip(conn, conv.id, branch_id) != position:
-        reason = "resume" if resumed is not None else "run"
+        reason: BranchReason = "resume" if resumed is not None else "run"
         try:
             branch_id, created = _log.create_branch(
                 conn, conv.id, point, reason, run_id=run_id, resumes_run_id=resumes
@@ -348,7 +355,9 @@ def end_run(
     )
     if status != "completed":
         return None, conflict
-    _log.set_head(conn, conv, Position(cursor.branch_id, ended.position), _appended_messages(conn, conv, run))
+    _log.set_head(
+        conn, conv, Position(cursor.branch_id, ended.position), _appended_messages(conn, conv, run)
+    )
     return _log.get_conversation(conn, tenant, conv.id), None
 
 
@@ -436,7 +445,12 @@ def claim_stale_runs(
         )
         fresh = get_run(conn, row.tenant, run.id)
         claimed.append(
-            (fresh, RunCursor(run.id, run.conversation_id, run.branch_id, run.position, owner, fresh.attempt))
+            (
+                fresh,
+                RunCursor(
+                    run.id, run.conversation_id, run.branch_id, run.position, owner, fresh.attempt
+                ),
+            )
         )
     return claimed
 
@@ -446,7 +460,13 @@ def _give_up(conn: Connection, run: Run, max_attempts: int) -> None:
         f"crashed on {run.attempt} attempts (the bound is {max_attempts}); a person should "
         f"look at it before it is resumed"
     )
-    payload = {"stage": "gave_up", "error": reason, "requestCount": run.request_count, "toolCount": run.tool_count, "usage": run.usage.model_dump(mode="json")}
+    payload = {
+        "stage": "gave_up",
+        "error": reason,
+        "requestCount": run.request_count,
+        "toolCount": run.tool_count,
+        "usage": run.usage.model_dump(mode="json"),
+    }
     _log.insert_events(
         conn,
         run.conversation_id,
@@ -469,4 +489,3 @@ def _give_up(conn: Connection, run: Run, max_attempts: int) -> None:
             lease_expires_at=None,
         )
     )
-

@@ -192,7 +192,9 @@ class _Ops:
         return Op(
             f"recording events of run '{cursor.run_id}'",
             True,
-            lambda c: _runs.record(c, self.tenant, cursor, encoded, idempotency_key=idempotency_key),
+            lambda c: _runs.record(
+                c, self.tenant, cursor, encoded, idempotency_key=idempotency_key
+            ),
         )
 
     def end_run(
@@ -301,7 +303,9 @@ class Store:
             if engine.dialect.name == "sqlite":
                 install_sqlite_hooks(engine, durability=durability, busy_timeout=busy_timeout)
             return cls(engine, owns_engine=False)
-        return cls(create_engine(url, durability=durability, busy_timeout=busy_timeout), owns_engine=True)
+        return cls(
+            create_engine(url, durability=durability, busy_timeout=busy_timeout), owns_engine=True
+        )
 
     def __enter__(self) -> Store:
         return self
@@ -598,7 +602,9 @@ class AsyncStore:
         else:
             owns = False
         if engine.dialect.name == "sqlite":
-            install_sqlite_hooks(engine.sync_engine, durability=durability, busy_timeout=busy_timeout)
+            install_sqlite_hooks(
+                engine.sync_engine, durability=durability, busy_timeout=busy_timeout
+            )
         return cls(engine, owns_engine=owns)
 
     async def __aenter__(self) -> AsyncStore:

@@ -26,8 +26,8 @@ def unique_violation(error: BaseException, table: sa.Table, columns: Sequence[st
     name = getattr(diag, "constraint_name", None)
     if name:
         for constraint in [*table.constraints, *table.indexes]:
-            cols = [c.name for c in constraint.columns]  # type: ignore[attr-defined]
-            if constraint.name == name and cols == list(columns):
+            cols = [c.name for c in getattr(constraint, "columns", [])]
+            if getattr(constraint, "name", None) == name and cols == list(columns):
                 return True
         return False
     return f"failed: {', '.join(f'{table.name}.{c}' for c in columns)}" in str(error.orig)

@@ -21,8 +21,8 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     BaseModel,
     ConfigDict,
-    SerializerFunctionWrapHandler,
     Discriminator,
+    SerializerFunctionWrapHandler,
     Tag,
     TypeAdapter,
     ValidationError,

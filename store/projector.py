@@ -133,10 +133,7 @@ def advance_view(conn: Connection, conversation_id: str, rows: Sequence[tuple[in
     if rows:
         conn.execute(
             view_entries.insert(),
-            [
-                {"conversation_id": conversation_id, "position": p, "event_seq": s}
-                for p, s in rows
-            ],
+            [{"conversation_id": conversation_id, "position": p, "event_seq": s} for p, s in rows],
         )
 
 
@@ -185,7 +182,9 @@ def rebuild_views(conn: Connection, conversation_ids: Sequence[str] | None = Non
     )
     if conversation_ids is not None:
         query = query.where(conversations.c.id.in_(conversation_ids))
-        conn.execute(view_entries.delete().where(view_entries.c.conversation_id.in_(conversation_ids)))
+        conn.execute(
+            view_entries.delete().where(view_entries.c.conversation_id.in_(conversation_ids))
+        )
     else:
         conn.execute(view_entries.delete())
     count = 0

@@ -73,9 +73,7 @@ branches = sa.Table(
     # At most one resume branch per failed run: this constraint is what makes
     # a resume exactly-once across racing workers.
     sa.UniqueConstraint("conversation_id", "resumes_run_id"),
-    sa.CheckConstraint(
-        "reason IN ('root', 'run', 'resume', 'fork', 'edit')", name="reason"
-    ),
+    sa.CheckConstraint("reason IN ('root', 'run', 'resume', 'fork', 'edit')", name="reason"),
 )
 
 events = sa.Table(
@@ -146,9 +144,7 @@ runs = sa.Table(
     sa.Column("attention", sa.Text, nullable=True),
     sa.Column("started_at", Timestamp, nullable=False),
     sa.Column("ended_at", Timestamp, nullable=True),
-    sa.CheckConstraint(
-        "status IN ('running', 'completed', 'failed', 'canceled')", name="status"
-    ),
+    sa.CheckConstraint("status IN ('running', 'completed', 'failed', 'canceled')", name="status"),
     sa.Index("ix_chatledger_runs_conversation_id", "conversation_id", "id"),
     # The resume worker's scan: running runs by lease expiry.
     sa.Index(

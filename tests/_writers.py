@@ -8,7 +8,9 @@ from typing import Any
 from store import ConflictError, Ledger, Message, Store
 
 
-def write_until(ledger: Ledger, conversation_id: str, writer: int, deadline: float) -> dict[str, Any]:
+def write_until(
+    ledger: Ledger, conversation_id: str, writer: int, deadline: float
+) -> dict[str, Any]:
     """Append with expected positions until `deadline` (time.time()).
 
     Every success is retried once with its idempotency key, which must return

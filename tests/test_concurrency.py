@@ -28,7 +28,9 @@ def test_racing_writers_keep_positions_dense_and_lose_nothing(
     results: list[dict[str, Any]]
     if backend == "sqlite":
         with ThreadPoolExecutor(WRITERS) as pool:
-            futures = [pool.submit(write_until, ledger, conv.id, w, deadline) for w in range(WRITERS)]
+            futures = [
+                pool.submit(write_until, ledger, conv.id, w, deadline) for w in range(WRITERS)
+            ]
             results = [f.result() for f in futures]
     else:
         context = multiprocessing.get_context("spawn")

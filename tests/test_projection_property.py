@@ -90,8 +90,20 @@ def test_incremental_views_equal_rebuild(store: Store, ops: list[tuple[str, int]
 def test_store_rebuild_recomputes_identical_views(store: Store) -> None:
     convs = apply(
         store,
-        [("append", 1), ("start", 0), ("record", 0), ("fork", 3), ("append", 1), ("complete", 0),
-         ("move", 2), ("start", 1), ("fail", 0), ("resume", 0), ("record", 0), ("complete", 0)],
+        [
+            ("append", 1),
+            ("start", 0),
+            ("record", 0),
+            ("fork", 3),
+            ("append", 1),
+            ("complete", 0),
+            ("move", 2),
+            ("start", 1),
+            ("fail", 0),
+            ("resume", 0),
+            ("record", 0),
+            ("complete", 0),
+        ],
     )
     with store.engine.connect() as conn:
         before = view_rows(conn, convs)

@@ -10,8 +10,7 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
-from store import Ledger, Message, SchemaError, Store, StorageError
-from store import _migrate
+from store import Ledger, Message, SchemaError, StorageError, Store, _migrate
 from store.schema import metadata
 from tests.conftest import create_postgres_database, drop_postgres_database
 
@@ -31,13 +30,14 @@ def chatledger_tables(engine: sa.Engine) -> set[str]:
     return {t for t in sa.inspect(engine).get_table_names() if t.startswith("chatledger_")}
 
 
-@pytest.mark.parametrize("statement", [
-    "UPDATE chatledger_events SET payload = '{}'",
-    "DELETE FROM chatledger_events",
-])
-def test_database_refuses_changes_to_events(
-    store: Store, ledger: Ledger, statement: str
-) -> None:
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "UPDATE chatledger_events SET payload = '{}'",
+        "DELETE FROM chatledger_events",
+    ],
+)
+def test_database_refuses_changes_to_events(store: Store, ledger: Ledger, statement: str) -> None:
     conv = ledger.create_conversation()
     ledger.append_messages(conv.id, [Message(role="user", content="keep me")])
     with pytest.raises(sa.exc.DBAPIError, match="append-only"), store.engine.begin() as conn:
@@ -68,8 +68,9 @@ def test_tables_and_migrations_do_not_drift(database_url: str) -> None:
                 conn,
                 opts={
                     "compare_type": True,
-                    "include_name": lambda name, type_, _p: type_ != "table"
-                    or bool(name and name.startswith("chatledger_")),
+                    "include_name": lambda name, type_, _p: (
+                        type_ != "table" or bool(name and name.startswith("chatledger_"))
+                    ),
                     "version_table": _migrate.VERSION_TABLE,
                 },
             )
