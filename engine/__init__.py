@@ -1,5 +1,28 @@
 """chatledger's engine: the agent run loop over the event log."""
 
+from engine._errors import Partial, RunError
+from engine.agent import Agent, Hit, Result, RunContext, Source
+from engine.providers import Model, ModelError, ModelRequest, ModelResponse, ToolSpec
+from engine.tools import Canceled, Tool, ToolFailed, ToolResult, tool
 from store import __version__
 
-__all__ = ["__version__"]
+__all__ = [
+    "Agent",
+    "Canceled",
+    "Hit",
+    "Model",
+    "ModelError",
+    "ModelRequest",
+    "ModelResponse",
+    "Partial",
+    "Result",
+    "RunContext",
+    "RunError",
+    "Source",
+    "Tool",
+    "ToolFailed",
+    "ToolResult",
+    "ToolSpec",
+    "__version__",
+    "tool",
+]

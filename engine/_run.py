@@ -1,0 +1,461 @@
+"""One run of an agent: the loop that records every step before moving on.
+
+The order of events a run appends (each line one atomic append):
+
+    [branch.created]  run.started                  start_run
+    message.recorded (the prompt, origin client)
+    model.requested {request, digest}              before the request is sent
+    model.responded {usage} + message.recorded     a completed model turn
+    tool.started ...                               all calls of the turn, before any runs
+    tool.finished + message.recorded               each result, as it finishes
+    ... more requests ...
+    run.completed (moves the head)  |  run.failed / run.canceled
+
+So a process killed at any point leaves a log from which the partial is
+exact: the completed model turns and the results recorded before the kill.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from engine._errors import Partial, RunError
+from engine._ledger import LedgerCalls
+from engine.agent import Agent, Hit, Result, RunContext, Source
+from engine.providers import DeltaCallback, ModelError, ModelRequest
+from engine.tools import Canceled, Outcome
+from store import (
+    ChatledgerError,
+    HistoryError,
+    Message,
+    NewEvent,
+    NotFoundError,
+    Position,
+    RunCursor,
+    ToolCall,
+    Usage,
+    from_pairs,
+    normalize_history,
+    resolve_conversation_id,
+    sanitize_history,
+)
+from store._repair import no_result
+from store.ids import new_id
+
+__all__ = ["Run"]
+
+_CANCELED = ("canceled", "disconnect")
+
+
+class _StoreFailed(Exception):
+    """The ledger refused or failed a write; carries the original error."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+        super().__init__(str(error))
+
+
+class _ToolsExhausted(Exception):
+    """The model kept making invalid calls past the agent's bound."""
+
+
+class Run:
+    """The state of one run while it executes."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        ledger: Any,
+        prompt: str,
+        conversation_id: str | None,
+        history: Sequence[tuple[str, str]] | Sequence[Message] | None,
+        run_id: str | None,
+        owner: str,
+        lease_seconds: float,
+        *,
+        on_delta: DeltaCallback | None = None,
+    ) -> None:
+        self.agent = agent
+        self.log = LedgerCalls(ledger)
+        self.prompt = prompt
+        self.explicit_conversation_id = conversation_id
+        self.supplied = _supplied(history)
+        self.run_id = run_id or new_id()
+        self.owner = owner
+        self.lease_seconds = lease_seconds
+        self.on_delta = on_delta
+        self.conversation_id = ""
+        self.cursor: RunCursor | None = None
+        self.lock = asyncio.Lock()
+        self.stage = "store"
+        self.turns: list[Message] = []
+        self.sources: list[Source] = []
+        self.usage = Usage()
+        self.requests = 0
+        self.tools_run = 0
+        self.invalid_calls = 0
+
+    # -- the loop ---------------------------------------------------------------------
+
+    async def execute(self) -> Result:
+        """Run to completion, or raise `RunError` with the exact partial."""
+        if self.agent.guard is not None:
+            try:
+                await _maybe_await(self.agent.guard(self.prompt))
+            except Exception as error:
+                raise RunError(
+                    f"The guard rejected the prompt: {error}",
+                    stage="guard",
+                    partial=None,
+                    run_id=self.run_id,
+                    conversation_id=self.explicit_conversation_id or "",
+                ) from error
+        try:
+            await self._open()
+            context = await self._context()
+            await self._loop(context)
+            return await self._complete()
+        except RunError:
+            raise
+        except (Exception, asyncio.CancelledError) as error:
+            stage, cause = self._classify(error)
+            try:
+                failure = await self._fail(stage, cause, canceled=stage in _CANCELED)
+            except _Completed:
+                return await self._result()
+            raise failure from cause
+
+    def _classify(self, error: BaseException) -> tuple[str, BaseException]:
+        """The stage a failure belongs to, and the error to report."""
+        if isinstance(error, Canceled):
+            return "canceled", error
+        if isinstance(error, asyncio.CancelledError):
+            return "disconnect", error
+        if isinstance(error, _StoreFailed):
+            return "store", error.error
+        if isinstance(error, ModelError):
+            return "model", error
+        if isinstance(error, HistoryError):
+            return "processor", error
+        if isinstance(error, _ToolsExhausted):
+            return "tool", error
+        return self.stage, error
+
+    async def _open(self) -> None:
+        supplied = self.supplied
+        self.conversation_id = resolve_conversation_id(
+            supplied or [], self.explicit_conversation_id
+        )
+        created = False
+        try:
+            await self._ledger("conversation", self.conversation_id)
+        except NotFoundError:
+            await self._ledger("create_conversation", conversation_id=self.conversation_id)
+            created = True
+        if supplied is not None:
+            sanitized, _ = sanitize_history(supplied)
+            if not created:
+                # The caller's history is the truth for this run: it goes on an
+                # edit branch from the conversation's start.
+                await self._ledger("move_head", self.conversation_id, 1)
+            if sanitized:
+                await self._ledger("append_messages", self.conversation_id, sanitized)
+        self.instructions = await self.agent.resolve_instructions(
+            RunContext(self.run_id, self.conversation_id, self.prompt)
+        )
+        self.cursor = await self._ledger(
+            "start_run",
+            self.conversation_id,
+            owner=self.owner,
+            run_id=self.run_id,
+            model=self.agent.model.name,
+            instructions_digest=self.agent.digest(self.instructions),
+            lease_seconds=self.lease_seconds,
+        )
+
+    async def _context(self) -> list[Message]:
+        """The model's view: instructions, then the processed, repaired history."""
+        assert self.cursor is not None
+        at = Position(self.cursor.branch_id, self.cursor.position)
+        replayed = await self._ledger("history", self.conversation_id, at=at, repaired=False)
+        prompt = self._stamp(Message(role="user", content=self.prompt))
+        await self._record([NewEvent.of_message(prompt, origin="client")], turns=False)
+        self.prompt_message = prompt
+        hits: list[Hit] = []
+        if self.agent.retriever is not None:
+            self.stage = "retrieval"
+            hits = list(await _maybe_await(self.agent.retriever(self.prompt)))
+            self.sources += [Source("retrieval", h.id) for h in hits]
+        self.stage = "processor"
+        history = [m for m in replayed if m.role != "system"] + [prompt]
+        if self.agent.history_processor is not None:
+            history = self.agent.history_processor(history)
+            if not history or history[-1] is not prompt:
+                raise HistoryError(
+                    "The history processor dropped the current prompt, which must stay the "
+                    "final user message. Make the processor keep the last message."
+                )
+        history, _ = normalize_history(history)
+        system = "\n\n".join(
+            p for p in (self.instructions, _context_block(hits)) if p
+        )
+        return ([Message(role="system", content=system)] if system else []) + history
+
+    async def _loop(self, context: list[Message]) -> None:
+        model = self.agent.model
+        specs = [t.spec for t in self.agent.tools.values()]
+        while True:
+            if self.requests >= self.agent.max_requests:
+                self.stage = "limit"
+                raise RuntimeError(
+                    f"The run made {self.requests} model requests, the agent's bound; "
+                    f"raise max_requests if the task needs more."
+                )
+            number = self.requests + 1
+            request = ModelRequest(
+                messages=[_unstamped(m) for m in (*context, *self.turns)],
+                tools=specs,
+                tool_choice=self.agent.tool_choice if specs else None,
+                settings=self.agent.settings,
+            )
+            self.stage = "model"
+            prepared = model.prepare(request, stream=self.on_delta is not None)
+            await self._record(
+                [NewEvent("model.requested", {"request": number, "digest": prepared.digest})]
+            )
+            response = await model.send(prepared, on_delta=self.on_delta)
+            message = self._stamp(response.message)
+            await self._record(
+                [
+                    NewEvent(
+                        "model.responded",
+                        {
+                            "request": number,
+                            "usage": response.usage.model_dump(mode="json"),
+                            "finishReason": response.finish_reason,
+                        },
+                    ),
+                    NewEvent.of_message(message),
+                ]
+            )
+            self.requests += 1
+            self.usage = self.usage + response.usage
+            calls = [c for c in message.tool_calls if c.id]
+            if not calls:
+                return
+            self.stage = "tool"
+            await self._run_tools(calls)
+
+    async def _run_tools(self, calls: list[ToolCall]) -> None:
+        await self._record(
+            [NewEvent("tool.started", {"callId": c.id, "name": c.name}) for c in calls]
+        )
+        tasks = [asyncio.create_task(self._one_tool(c)) for c in calls]
+        try:
+            await asyncio.gather(*tasks)
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+
+    async def _one_tool(self, call: ToolCall) -> None:
+        tool = self.agent.tools.get(call.name)
+        if tool is None:
+            known = ", ".join(sorted(self.agent.tools)) or "none"
+            text = f"There is no tool named {call.name!r}. The tools are: {known}."
+            msg = Message(role="tool", content=text, tool_call_id=call.id, tool_name=call.name)
+            outcome = Outcome(msg, invalid=True)
+        else:
+            outcome = await tool.execute(call)
+        message = self._stamp(outcome.message)
+        await self._record(
+            [
+                NewEvent("tool.finished", {"callId": call.id, "failed": message.failed}),
+                NewEvent.of_message(message),
+            ]
+        )
+        self.tools_run += 1
+        if outcome.invalid:
+            self.invalid_calls += 1
+            if self.invalid_calls > self.agent.max_invalid_calls:
+                raise _ToolsExhausted(
+                    f"The model made {self.invalid_calls} invalid tool calls, over the "
+                    f"bound of {self.agent.max_invalid_calls}. Last: {message.content}"
+                )
+        else:
+            self.sources.append(Source("tool", call.id or "", call.name, message.failed))
+
+    async def _complete(self) -> Result:
+        assert self.cursor is not None
+        self.stage = "store"
+        await self._ledger(
+            "complete_run",
+            self.cursor,
+            usage=self.usage,
+            request_count=self.requests,
+            tool_count=self.tools_run,
+        )
+        return await self._result()
+
+    async def _result(self) -> Result:
+        messages = await self._ledger("history", self.conversation_id)
+        output = next((m.text for m in reversed(self.turns) if m.role == "assistant"), "")
+        return Result(
+            run_id=self.run_id,
+            conversation_id=self.conversation_id,
+            messages=messages,
+            new_messages=[self.prompt_message, *self.turns],
+            output=output,
+            usage=self.usage,
+            sources=list(self.sources),
+            request_count=self.requests,
+            tool_count=self.tools_run,
+        )
+
+    # -- recording ----------------------------------------------------------------------
+
+    async def _ledger(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await self.log(method, *args, **kwargs)
+        except NotFoundError:
+            raise
+        except ChatledgerError as error:
+            raise _StoreFailed(error) from error
+
+    async def _record(self, events: list[NewEvent], *, turns: bool = True) -> None:
+        """Append events at the run's cursor; appends of one run are serialized.
+
+        The messages recorded become turns of the run (unless `turns` is
+        false), in the same step, so memory and log never disagree.
+        """
+        async with self.lock:
+            assert self.cursor is not None
+            append = asyncio.ensure_future(self._ledger("record", self.cursor, events))
+            try:
+                _, self.cursor = await asyncio.shield(append)
+            except asyncio.CancelledError:
+                # An append in flight is finished, not abandoned: the cursor
+                # must match the log before anyone records the failure.
+                _, self.cursor = await append
+                raise
+            finally:
+                if append.done() and not append.cancelled() and append.exception() is None and turns:
+                    self.turns += [e.message for e in events if e.message is not None]
+
+    def _stamp(self, message: Message) -> Message:
+        return message.model_copy(
+            update={"run_id": self.run_id, "conversation_id": self.conversation_id}
+        )
+
+    # -- failure --------------------------------------------------------------------------
+
+    async def _fail(self, stage: str, error: BaseException, canceled: bool = False) -> RunError:
+        """Record the failure and build the RunError with the partial read from the log."""
+        text = str(error) or type(error).__name__
+        if self.cursor is None:
+            return self._error(stage, text, None)
+        try:
+            if canceled:
+                await self._close_unanswered()
+            run = await self.log("run", self.run_id)
+            if run.status == "completed":
+                # The completion committed although its acknowledgement was lost.
+                raise _Completed()
+            events = await self.log("events", run_id=self.run_id)
+            responded = [e for e in events if e.kind == "model.responded"]
+            usage = sum((Usage.model_validate(e.payload["usage"]) for e in responded), Usage())
+            tools = sum(1 for e in events if e.kind == "tool.finished")
+            position = run.position
+            if run.status == "running":
+                cursor = replace(self.cursor, position=run.position)
+                await self.log(
+                    "fail_run",
+                    cursor,
+                    stage=stage,
+                    error=text[:4000],
+                    usage=usage,
+                    request_count=len(responded),
+                    tool_count=tools,
+                    canceled=canceled,
+                )
+                position += 1
+            partial = None
+            if responded:
+                at = Position(self.cursor.branch_id, position)
+                messages = await self.log("history", self.conversation_id, at=at)
+                partial = Partial(messages, usage, len(responded), tools)
+        except _Completed:
+            raise
+        except ChatledgerError:
+            partial = self._partial_in_memory()
+        return self._error(stage, text, partial)
+
+    async def _close_unanswered(self) -> None:
+        """Answer every open call of the last turn with the neutral result, at once."""
+        answered = {m.tool_call_id for m in self.turns if m.role == "tool"}
+        last = next((m for m in reversed(self.turns) if m.role == "assistant"), None)
+        if last is None:
+            return
+        closing = [
+            self._stamp(no_result(c)) for c in last.tool_calls if c.id and c.id not in answered
+        ]
+        if closing:
+            await self._record([NewEvent.of_message(m, origin="repair") for m in closing])
+
+    def _partial_in_memory(self) -> Partial | None:
+        if not self.requests:
+            return None
+        messages, _ = normalize_history([self.prompt_message, *self.turns])
+        return Partial(messages, self.usage, self.requests, self.tools_run)
+
+    def _error(self, stage: str, text: str, partial: Partial | None) -> RunError:
+        kept = "its partial is kept beyond the head" if partial else "no model turn completed"
+        return RunError(
+            f"Run '{self.run_id}' of conversation '{self.conversation_id}' stopped at stage "
+            f"{stage!r}: {text} The conversation's head did not move; {kept}. Resume the run, "
+            f"or start a new one.",
+            stage=stage,
+            partial=partial,
+            run_id=self.run_id,
+            conversation_id=self.conversation_id,
+        )
+
+
+class _Completed(Exception):
+    """The run turned out to be completed after all."""
+
+
+def _supplied(
+    history: Sequence[tuple[str, str]] | Sequence[Message] | None,
+) -> list[Message] | None:
+    if history is None:
+        return None
+    items = list(history)
+    if all(isinstance(m, Message) for m in items):
+        return items  # type: ignore[return-value]
+    return from_pairs(items)  # type: ignore[arg-type]
+
+
+def _unstamped(message: Message) -> Message:
+    # Run and conversation ids are bookkeeping, not content: the model never
+    # sees them, so identical conversations make byte-identical requests.
+    if message.run_id is None and message.conversation_id is None:
+        return message
+    return message.model_copy(update={"run_id": None, "conversation_id": None})
+
+
+def _context_block(hits: list[Hit]) -> str:
+    if not hits:
+        return ""
+    lines = [f"[{h.id}] {h.text}" for h in hits]
+    return "Context retrieved for this request:\n" + "\n".join(lines)
+
+
+async def _maybe_await(value: Any) -> Any:
+    if asyncio.iscoroutine(value) or isinstance(value, asyncio.Future):
+        return await value
+    return value

@@ -1,0 +1,230 @@
+"""`Agent`: replays a conversation's repaired history into a model run.
+
+```python
+agent = Agent(model, instructions="Be brief.", tools=[lookup])
+result = agent.run(store.tenant("acme"), "What is the weather?")
+result = agent.run(store.tenant("acme"), "And tomorrow?", conversation_id=result.conversation_id)
+```
+
+Every step of a run is recorded as events before the loop moves on (see
+`engine._run`), so a process killed at any point leaves an exact partial, and
+a failed run raises `RunError` carrying it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import inspect
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from engine.providers import DeltaCallback, Model
+from engine.tools import Tool
+from store import HistoryProcessor, Message, Usage
+
+__all__ = ["Agent", "Hit", "Result", "RunContext", "Source"]
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What dynamic instructions and hooks may know about the run."""
+
+    run_id: str
+    conversation_id: str
+    prompt: str
+
+
+@dataclass(frozen=True)
+class Hit:
+    """A retrieval hit: evidence a retrieval hook found for the current prompt."""
+
+    id: str
+    text: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Source:
+    """Evidence a result rests on: a tool result or a retrieval hit of this run.
+
+    Content that came in as history is never a source.
+    """
+
+    kind: Literal["tool", "retrieval"]
+    ref: str
+    name: str | None = None
+    failed: bool = False
+
+
+@dataclass(frozen=True)
+class Result:
+    """A completed run.
+
+    Attributes:
+        messages: the whole conversation after the run, repaired.
+        new_messages: what the run added (prompt, model turns, tool results).
+        output: the final assistant text.
+    """
+
+    run_id: str
+    conversation_id: str
+    messages: list[Message]
+    new_messages: list[Message]
+    output: str
+    usage: Usage
+    sources: list[Source]
+    request_count: int
+    tool_count: int
+
+
+Instructions = Callable[[RunContext], str | Awaitable[str]]
+Guard = Callable[[str], None | Awaitable[None]]
+Retriever = Callable[[str], Iterable[Hit] | Awaitable[Iterable[Hit]]]
+
+
+class Agent:
+    """A model, its instructions and tools, and the rules of a run.
+
+    Args:
+        model: any `engine.providers.Model`.
+        instructions: static instructions, first in the system message.
+        instructions_fn: dynamic instructions, resolved once per run and
+            placed after the static text and a blank line (empty adds nothing).
+        tools: functions or `Tool`s the model may call.
+        history_processor: applied once per run to the replayed history and
+            the prompt, before repair (e.g. `trim_history(50)`).
+        guard: sees only the current prompt; raising rejects the run.
+        retriever: sees only the current prompt; its hits are given to the
+            model as context and become the result's retrieval sources.
+        max_requests: the bound on model requests in one run.
+        max_invalid_calls: how many invalid tool calls the model may correct.
+    """
+
+    def __init__(
+        self,
+        model: Model,
+        *,
+        instructions: str = "",
+        instructions_fn: Instructions | None = None,
+        tools: Sequence[Tool | Callable[..., Any]] = (),
+        history_processor: HistoryProcessor | None = None,
+        guard: Guard | None = None,
+        retriever: Retriever | None = None,
+        max_requests: int = 25,
+        max_invalid_calls: int = 3,
+        tool_choice: str | None = None,
+        settings: dict[str, Any] | None = None,
+    ) -> None:
+        self.model = model
+        self.instructions = instructions
+        self.instructions_fn = instructions_fn
+        self.tools = {t.name: t for t in (x if isinstance(x, Tool) else Tool(x) for x in tools)}
+        self.history_processor = history_processor
+        self.guard = guard
+        self.retriever = retriever
+        self.max_requests = max_requests
+        self.max_invalid_calls = max_invalid_calls
+        self.tool_choice = tool_choice
+        self.settings = settings or {}
+
+    async def resolve_instructions(self, context: RunContext) -> str:
+        """The run's instructions: static text, then the dynamic part after a blank line."""
+        dynamic = ""
+        if self.instructions_fn is not None:
+            value = self.instructions_fn(context)
+            dynamic = await value if inspect.isawaitable(value) else value
+        return "\n\n".join(p for p in (self.instructions, dynamic) if p)
+
+    @staticmethod
+    def digest(instructions: str) -> str:
+        """The sha256 of the instructions, recorded in `run.started`."""
+        return hashlib.sha256(instructions.encode("utf-8")).hexdigest()
+
+    async def run_async(
+        self,
+        ledger: Any,
+        prompt: str,
+        conversation_id: str | None = None,
+        *,
+        history: Sequence[tuple[str, str]] | None = None,
+        run_id: str | None = None,
+        owner: str = "agent",
+        lease_seconds: float = 60.0,
+    ) -> Result:
+        """Run the agent on a conversation of `ledger` (a `Ledger` or `AsyncLedger`).
+
+        Without `conversation_id`, a new conversation is created. With
+        `history` (flat `(role, text)` pairs, untrusted), the run continues
+        that history instead of the ledger's, as `run_with_history` does.
+        """
+        from engine._run import Run
+
+        return await Run(
+            self, ledger, prompt, conversation_id, history, run_id, owner, lease_seconds
+        ).execute()
+
+    async def run_stream_async(
+        self,
+        ledger: Any,
+        prompt: str,
+        conversation_id: str | None = None,
+        *,
+        on_delta: DeltaCallback,
+        history: Sequence[tuple[str, str]] | None = None,
+        run_id: str | None = None,
+        owner: str = "agent",
+        lease_seconds: float = 60.0,
+    ) -> Result:
+        """`run_async`, streaming each model response's deltas to `on_delta`."""
+        from engine._run import Run
+
+        return await Run(
+            self,
+            ledger,
+            prompt,
+            conversation_id,
+            history,
+            run_id,
+            owner,
+            lease_seconds,
+            on_delta=on_delta,
+        ).execute()
+
+    async def run_with_history_async(
+        self,
+        ledger: Any,
+        history: Sequence[Message],
+        prompt: str,
+        conversation_id: str | None = None,
+        *,
+        run_id: str | None = None,
+        owner: str = "agent",
+    ) -> Result:
+        """Run on a history the caller brings (untrusted).
+
+        The history is sanitized at the boundary (`sanitize_history`),
+        recorded with origin `client`, and continued by the run.
+        """
+        from engine._run import Run
+
+        return await Run(
+            self, ledger, prompt, conversation_id, list(history), run_id, owner, 60.0
+        ).execute()
+
+    def run(self, ledger: Any, prompt: str, conversation_id: str | None = None, **options: Any) -> Result:
+        """`run_async` for scripts and jobs (not inside a running event loop)."""
+        return asyncio.run(self.run_async(ledger, prompt, conversation_id, **options))
+
+    def run_stream(
+        self, ledger: Any, prompt: str, conversation_id: str | None = None, **options: Any
+    ) -> Result:
+        """`run_stream_async` for scripts and jobs."""
+        return asyncio.run(self.run_stream_async(ledger, prompt, conversation_id, **options))
+
+    def run_with_history(
+        self, ledger: Any, history: Sequence[Message], prompt: str, **options: Any
+    ) -> Result:
+        """`run_with_history_async` for scripts and jobs."""
+        return asyncio.run(self.run_with_history_async(ledger, history, prompt, **options))

@@ -1,0 +1,178 @@
+"""Fault injection: a run is made to fail at every step in turn.
+
+Each time, the RunError's partial equals the repaired history read at the
+failed run's last recorded position, the head is unchanged, the events
+beyond the head hold exactly that partial, and the next run sees none of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from engine import Agent, Canceled, ModelRequest, RunError, tool
+from engine.providers.scripted import ScriptedModel
+from store import Ledger, Message, Position, StorageError, ToolCall, normalize_history
+from tests.agent.helpers import weather_agent, weather_script
+
+RECORDS_IN_A_CLEAN_RUN = 8  # prompt, 2 x (requested, responded), started, 2 x finished
+
+
+class FaultyLedger:
+    """A real ledger whose N-th `record` (or `complete_run`) fails before or after writing."""
+
+    def __init__(self, ledger: Ledger, method: str, n: int, when: str) -> None:
+        self._ledger, self._method, self._n, self._when = ledger, method, n, when
+        self._calls = 0
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._ledger, name)
+        if name != self._method:
+            return attribute
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self._calls += 1
+            if self._calls == self._n and self._when == "before":
+                raise StorageError(f"injected failure before {name} #{self._n}")
+            result = attribute(*args, **kwargs)
+            if self._calls == self._n and self._when == "after":
+                raise StorageError(f"injected failure after {name} #{self._n}")
+            return result
+
+        return call
+
+
+def check_failed_run(ledger: Ledger, conversation_id: str, head: Position, error: RunError) -> None:
+    assert ledger.conversation(conversation_id).head == head
+    run = ledger.run(error.run_id)
+    assert run.status in ("failed", "canceled")
+    at_failure = ledger.history(conversation_id, at=Position(run.branch_id, run.position))
+    responded = [e for e in ledger.events(run_id=run.id) if e.kind == "model.responded"]
+    if responded:
+        assert error.partial is not None
+        assert error.partial.messages == at_failure
+        assert error.partial.request_count == len(responded)
+        assert normalize_history(at_failure)[0] == at_failure
+    else:
+        assert error.partial is None
+    seen: list[Message] = []
+
+    def spy(request: ModelRequest) -> str:
+        seen.extend(request.messages)
+        return "fresh"
+
+    Agent(ScriptedModel(spy)).run(ledger, "next question", conversation_id)
+    failed_texts = {m.content for m in at_failure} - {m.content for m in ledger.history(conversation_id, at=head)}
+    assert not failed_texts & {m.content for m in seen}, "the next run saw the failed run"
+
+
+def fresh_conversation(ledger: Ledger) -> tuple[str, Position]:
+    conv = ledger.create_conversation()
+    ledger.append_messages(conv.id, [Message(role="user", content="earlier"), Message(role="assistant", content="noted")])
+    return conv.id, ledger.conversation(conv.id).head
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+@pytest.mark.parametrize("n", range(1, RECORDS_IN_A_CLEAN_RUN + 1))
+def test_store_failure_at_every_append(ledger: Ledger, n: int, when: str) -> None:
+    conversation_id, head = fresh_conversation(ledger)
+    faulty = FaultyLedger(ledger, "record", n, when)
+    with pytest.raises(RunError) as caught:
+        weather_agent().run(faulty, "Weather?", conversation_id)
+    assert caught.value.stage == "store"
+    check_failed_run(ledger, conversation_id, head, caught.value)
+
+
+def test_store_failure_before_completion(ledger: Ledger) -> None:
+    conversation_id, head = fresh_conversation(ledger)
+    with pytest.raises(RunError) as caught:
+        weather_agent().run(FaultyLedger(ledger, "complete_run", 1, "before"), "Weather?", conversation_id)
+    check_failed_run(ledger, conversation_id, head, caught.value)
+
+
+def test_lost_acknowledgement_of_completion_still_returns_the_result(ledger: Ledger) -> None:
+    conversation_id, head = fresh_conversation(ledger)
+    result = weather_agent().run(FaultyLedger(ledger, "complete_run", 1, "after"), "Weather?", conversation_id)
+    assert ledger.conversation(conversation_id).head != head
+    assert ledger.run(result.run_id).status == "completed"
+
+
+@pytest.mark.parametrize("request_number", [1, 2])
+def test_model_failure_at_each_request(ledger: Ledger, request_number: int) -> None:
+    from engine.providers import ModelError
+
+    conversation_id, head = fresh_conversation(ledger)
+    calls = 0
+
+    def script(request: ModelRequest) -> Message | str:
+        nonlocal calls
+        calls += 1
+        if calls == request_number:
+            raise ModelError("injected model failure", provider="scripted")
+        return weather_script(request)
+
+    with pytest.raises(RunError) as caught:
+        Agent(ScriptedModel(script), tools=weather_agent().tools.values()).run(ledger, "Weather?", conversation_id)
+    assert caught.value.stage == "model"
+    check_failed_run(ledger, conversation_id, head, caught.value)
+
+
+@pytest.mark.parametrize("city", ["Oslo", "Lima"])
+def test_tool_crash_at_each_tool(ledger: Ledger, city: str) -> None:
+    conversation_id, head = fresh_conversation(ledger)
+
+    @tool(name="weather")
+    def crashing(city_name: str = "", city: str = "") -> str:
+        """Crashes for one city."""
+        if city == crash_city:
+            raise RuntimeError(f"injected crash for {city}")
+        return f"sunny in {city}"
+
+    crash_city = city
+    with pytest.raises(RunError) as caught:
+        Agent(ScriptedModel(weather_script), tools=[crashing]).run(ledger, "Weather?", conversation_id)
+    assert caught.value.stage == "tool"
+    check_failed_run(ledger, conversation_id, head, caught.value)
+
+
+def test_cancellation_mid_batch_closes_unanswered_calls(ledger: Ledger) -> None:
+    conversation_id, head = fresh_conversation(ledger)
+    release = asyncio.Event()
+
+    @tool
+    async def quick() -> str:
+        """Finishes at once."""
+        return "quick result"
+
+    @tool
+    async def stopper() -> str:
+        """Stops the run once quick has finished."""
+        raise Canceled("the user pressed stop")
+
+    @tool
+    async def hanging() -> str:
+        """Never finishes on its own."""
+        await release.wait()
+        return "never recorded"
+
+    batch = Message(
+        role="assistant",
+        tool_calls=[ToolCall(id="q", name="quick"), ToolCall(id="s", name="stopper"), ToolCall(id="h", name="hanging")],
+    )
+    with pytest.raises(RunError) as caught:
+        Agent(ScriptedModel([batch]), tools=[quick, stopper, hanging]).run(ledger, "go", conversation_id)
+    error = caught.value
+    assert error.stage == "canceled"
+    run = ledger.run(error.run_id)
+    assert run.status == "canceled"
+    branch = ledger.history(conversation_id, at=Position(run.branch_id, run.position), repaired=False)
+    repaired, report = normalize_history(branch)
+    assert (report.synthesized, report.dropped, report.moved) == ([], [], [])
+    results = {m.tool_call_id: m for m in branch if m.role == "tool"}
+    assert set(results) == {"q", "s", "h"}
+    assert results["q"].content == "quick result"
+    origins = {e.message.tool_call_id: e.origin for e in ledger.events(run_id=run.id) if e.message and e.message.role == "tool"}
+    assert origins["q"] == "run" and origins["h"] == "repair"
+    check_failed_run(ledger, conversation_id, head, error)
