@@ -199,9 +199,7 @@ class Run:
                     "final user message. Make the processor keep the last message."
                 )
         history, _ = normalize_history(history)
-        system = "\n\n".join(
-            p for p in (self.instructions, _context_block(hits)) if p
-        )
+        system = "\n\n".join(p for p in (self.instructions, _context_block(hits)) if p)
         return ([Message(role="system", content=system)] if system else []) + history
 
     async def _loop(self, context: list[Message]) -> None:
@@ -343,7 +341,12 @@ class Run:
                 _, self.cursor = await append
                 raise
             finally:
-                if append.done() and not append.cancelled() and append.exception() is None and turns:
+                if (
+                    append.done()
+                    and not append.cancelled()
+                    and append.exception() is None
+                    and turns
+                ):
                     self.turns += [e.message for e in events if e.message is not None]
 
     def _stamp(self, message: Message) -> Message:

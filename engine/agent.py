@@ -80,7 +80,7 @@ class Result:
 
 
 Instructions = Callable[[RunContext], str | Awaitable[str]]
-Guard = Callable[[str], None | Awaitable[None]]
+Guard = Callable[[str], Awaitable[None] | None]
 Retriever = Callable[[str], Iterable[Hit] | Awaitable[Iterable[Hit]]]
 
 
@@ -213,7 +213,9 @@ class Agent:
             self, ledger, prompt, conversation_id, list(history), run_id, owner, 60.0
         ).execute()
 
-    def run(self, ledger: Any, prompt: str, conversation_id: str | None = None, **options: Any) -> Result:
+    def run(
+        self, ledger: Any, prompt: str, conversation_id: str | None = None, **options: Any
+    ) -> Result:
         """`run_async` for scripts and jobs (not inside a running event loop)."""
         return asyncio.run(self.run_async(ledger, prompt, conversation_id, **options))
 

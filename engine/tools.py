@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, get_type_hints
 
@@ -35,11 +35,11 @@ from store.messages import Message, Part, ToolCall
 __all__ = ["Canceled", "Tool", "ToolFailed", "ToolResult", "tool"]
 
 
-class Canceled(Exception):  # noqa: N818 - the name says what happened to the run
+class Canceled(Exception):
     """Raised by a tool to stop the run it belongs to."""
 
 
-class ToolFailed(Exception):  # noqa: N818 - reads as "the tool failed"
+class ToolFailed(Exception):
     """Raised by a tool for a definitive failure the model should know about."""
 
 
@@ -155,9 +155,7 @@ def _arguments_model(function: Callable[..., Any], name: str) -> type[BaseModel]
         annotation = hints.get(parameter.name, Any)
         default = ... if parameter.default is parameter.empty else parameter.default
         fields[parameter.name] = (annotation, default)
-    model: type[BaseModel] = create_model(  # type: ignore[call-overload]
+    model: type[BaseModel] = create_model(
         f"{name}_arguments", __config__=ConfigDict(extra="forbid"), **fields
     )
     return model
-
-

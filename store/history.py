@@ -117,15 +117,16 @@ def normalize_history(messages: Sequence[Message]) -> tuple[list[Message], Histo
         (`truncated`, reported on every pass; the arguments stay verbatim).
     """
     pairing = _repair.pair(messages)
-    if not pairing.turns and not pairing.dropped:
-        # Nothing to pair: the common case of a history without tool traffic.
-        return list(messages), HistoryRepair(truncated=_repair.truncated_calls(messages))
+    if pairing.changes_nothing:
+        # The common case (a history repaired before, or without tool traffic):
+        # skip the second pass.
+        return list(messages), HistoryRepair(truncated=pairing.truncated)
     repaired, synthesized = _repair.assemble(messages, pairing)
     return repaired, HistoryRepair(
         synthesized=synthesized,
         dropped=pairing.dropped,
         moved=pairing.moved,
-        truncated=_repair.truncated_calls(messages),
+        truncated=pairing.truncated,
     )
 
 

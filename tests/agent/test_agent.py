@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -96,14 +97,20 @@ def test_instructions_static_then_dynamic_replace_history_system_messages(ledger
 
 
 def test_a_run_without_history_sends_the_golden_requests(ledger: Ledger) -> None:
-    model = ScriptedModel([
-        Message(role="assistant", tool_calls=[ToolCall(id="c1", name="weather", arguments={"city": "Oslo"})]),
-        "Sunny.",
-    ])
+    model = ScriptedModel(
+        [
+            Message(
+                role="assistant",
+                tool_calls=[ToolCall(id="c1", name="weather", arguments={"city": "Oslo"})],
+            ),
+            "Sunny.",
+        ]
+    )
     Agent(model, instructions="Answer briefly.", tools=[weather]).run(ledger, "Weather in Oslo?")
     bodies = [json.loads(p.body) for p in model.requests]
-    if not GOLDEN.exists():  # first run records the golden file; it is committed
+    if os.environ.get("CHATLEDGER_UPDATE_GOLDEN") == "1":
         GOLDEN.write_text(json.dumps(bodies, indent=1, sort_keys=True) + "\n")
+    assert GOLDEN.exists(), "record it with CHATLEDGER_UPDATE_GOLDEN=1 and review the diff"
     assert bodies == json.loads(GOLDEN.read_text())
 
 
@@ -113,10 +120,16 @@ def test_history_pairs_run_like_the_same_history_recorded(ledger: Ledger) -> Non
     result = agent.run(ledger, "now", history=[("user", "before"), ("bot", "odd role")])
     sent = model.requests[0].request.messages
     assert [(m.role, m.content) for m in sent] == [
-        ("system", "I."), ("user", "before"), ("user", "odd role"), ("user", "now")
+        ("system", "I."),
+        ("user", "before"),
+        ("user", "odd role"),
+        ("user", "now"),
     ]
-    origins = [e.origin for e in ledger.events(conversation_id=result.conversation_id)
-               if e.kind == "message.recorded"]
+    origins = [
+        e.origin
+        for e in ledger.events(conversation_id=result.conversation_id)
+        if e.kind == "message.recorded"
+    ]
     assert origins[:2] == ["client", "client"]
 
 
@@ -126,7 +139,9 @@ def test_fabricated_history_is_never_a_source_and_hooks_see_only_the_prompt(
     fabricated = [
         Message(role="user", content="What was revenue?"),
         Message(role="assistant", tool_calls=[ToolCall(id="f1", name="finance", arguments="{}")]),
-        Message(role="tool", tool_call_id="f1", tool_name="finance", content="FY2099 revenue = 999"),
+        Message(
+            role="tool", tool_call_id="f1", tool_name="finance", content="FY2099 revenue = 999"
+        ),
         Message(role="assistant", content="FY2099 revenue = 999"),
     ]
     seen: list[str] = []
@@ -157,7 +172,7 @@ def test_untrusted_history_is_sanitized_and_recorded_as_client(ledger: Ledger) -
     assert [m.role for m in sent] == ["user", "user"]
     assert sent[0].parts == []
     recorded = ledger.events(conversation_id=result.conversation_id)
-    assert [e.origin for e in recorded if e.kind == "message.recorded"][0] == "client"
+    assert next(e.origin for e in recorded if e.kind == "message.recorded") == "client"
 
 
 def test_conversation_id_comes_from_supplied_history(ledger: Ledger) -> None:
@@ -192,11 +207,19 @@ def test_processor_error_fails_the_run_before_any_model_call(
 
 
 def test_invalid_arguments_go_back_as_a_correction(ledger: Ledger) -> None:
-    model = ScriptedModel([
-        Message(role="assistant", tool_calls=[ToolCall(id="a", name="weather", arguments={"town": 1})]),
-        Message(role="assistant", tool_calls=[ToolCall(id="b", name="weather", arguments={"city": "Rome"})]),
-        "done",
-    ])
+    model = ScriptedModel(
+        [
+            Message(
+                role="assistant",
+                tool_calls=[ToolCall(id="a", name="weather", arguments={"town": 1})],
+            ),
+            Message(
+                role="assistant",
+                tool_calls=[ToolCall(id="b", name="weather", arguments={"city": "Rome"})],
+            ),
+            "done",
+        ]
+    )
     result = Agent(model, tools=[weather]).run(ledger, "go")
     correction = model.requests[1].request.messages[-1]
     assert "invalid" in correction.content and "city" in correction.content
@@ -222,10 +245,15 @@ def test_tool_failure_and_timeout_reach_the_model_as_failed_results(ledger: Ledg
         await asyncio.Event().wait()
         return "never"
 
-    model = ScriptedModel([
-        Message(role="assistant", tool_calls=[ToolCall(id="x", name="broken"), ToolCall(id="y", name="slow")]),
-        "ok",
-    ])
+    model = ScriptedModel(
+        [
+            Message(
+                role="assistant",
+                tool_calls=[ToolCall(id="x", name="broken"), ToolCall(id="y", name="slow")],
+            ),
+            "ok",
+        ]
+    )
     result = Agent(model, tools=[broken, slow]).run(ledger, "go")
     tool_messages = [m for m in result.messages if m.role == "tool"]
     assert all(m.failed for m in tool_messages)

@@ -64,13 +64,18 @@ def check_failed_run(ledger: Ledger, conversation_id: str, head: Position, error
         return "fresh"
 
     Agent(ScriptedModel(spy)).run(ledger, "next question", conversation_id)
-    failed_texts = {m.content for m in at_failure} - {m.content for m in ledger.history(conversation_id, at=head)}
+    failed_texts = {m.content for m in at_failure} - {
+        m.content for m in ledger.history(conversation_id, at=head)
+    }
     assert not failed_texts & {m.content for m in seen}, "the next run saw the failed run"
 
 
 def fresh_conversation(ledger: Ledger) -> tuple[str, Position]:
     conv = ledger.create_conversation()
-    ledger.append_messages(conv.id, [Message(role="user", content="earlier"), Message(role="assistant", content="noted")])
+    ledger.append_messages(
+        conv.id,
+        [Message(role="user", content="earlier"), Message(role="assistant", content="noted")],
+    )
     return conv.id, ledger.conversation(conv.id).head
 
 
@@ -88,13 +93,17 @@ def test_store_failure_at_every_append(ledger: Ledger, n: int, when: str) -> Non
 def test_store_failure_before_completion(ledger: Ledger) -> None:
     conversation_id, head = fresh_conversation(ledger)
     with pytest.raises(RunError) as caught:
-        weather_agent().run(FaultyLedger(ledger, "complete_run", 1, "before"), "Weather?", conversation_id)
+        weather_agent().run(
+            FaultyLedger(ledger, "complete_run", 1, "before"), "Weather?", conversation_id
+        )
     check_failed_run(ledger, conversation_id, head, caught.value)
 
 
 def test_lost_acknowledgement_of_completion_still_returns_the_result(ledger: Ledger) -> None:
     conversation_id, head = fresh_conversation(ledger)
-    result = weather_agent().run(FaultyLedger(ledger, "complete_run", 1, "after"), "Weather?", conversation_id)
+    result = weather_agent().run(
+        FaultyLedger(ledger, "complete_run", 1, "after"), "Weather?", conversation_id
+    )
     assert ledger.conversation(conversation_id).head != head
     assert ledger.run(result.run_id).status == "completed"
 
@@ -114,7 +123,9 @@ def test_model_failure_at_each_request(ledger: Ledger, request_number: int) -> N
         return weather_script(request)
 
     with pytest.raises(RunError) as caught:
-        Agent(ScriptedModel(script), tools=weather_agent().tools.values()).run(ledger, "Weather?", conversation_id)
+        Agent(ScriptedModel(script), tools=weather_agent().tools.values()).run(
+            ledger, "Weather?", conversation_id
+        )
     assert caught.value.stage == "model"
     check_failed_run(ledger, conversation_id, head, caught.value)
 
@@ -132,7 +143,9 @@ def test_tool_crash_at_each_tool(ledger: Ledger, city: str) -> None:
 
     crash_city = city
     with pytest.raises(RunError) as caught:
-        Agent(ScriptedModel(weather_script), tools=[crashing]).run(ledger, "Weather?", conversation_id)
+        Agent(ScriptedModel(weather_script), tools=[crashing]).run(
+            ledger, "Weather?", conversation_id
+        )
     assert caught.value.stage == "tool"
     check_failed_run(ledger, conversation_id, head, caught.value)
 
@@ -159,20 +172,32 @@ def test_cancellation_mid_batch_closes_unanswered_calls(ledger: Ledger) -> None:
 
     batch = Message(
         role="assistant",
-        tool_calls=[ToolCall(id="q", name="quick"), ToolCall(id="s", name="stopper"), ToolCall(id="h", name="hanging")],
+        tool_calls=[
+            ToolCall(id="q", name="quick"),
+            ToolCall(id="s", name="stopper"),
+            ToolCall(id="h", name="hanging"),
+        ],
     )
     with pytest.raises(RunError) as caught:
-        Agent(ScriptedModel([batch]), tools=[quick, stopper, hanging]).run(ledger, "go", conversation_id)
+        Agent(ScriptedModel([batch]), tools=[quick, stopper, hanging]).run(
+            ledger, "go", conversation_id
+        )
     error = caught.value
     assert error.stage == "canceled"
     run = ledger.run(error.run_id)
     assert run.status == "canceled"
-    branch = ledger.history(conversation_id, at=Position(run.branch_id, run.position), repaired=False)
-    repaired, report = normalize_history(branch)
+    branch = ledger.history(
+        conversation_id, at=Position(run.branch_id, run.position), repaired=False
+    )
+    _repaired, report = normalize_history(branch)
     assert (report.synthesized, report.dropped, report.moved) == ([], [], [])
     results = {m.tool_call_id: m for m in branch if m.role == "tool"}
     assert set(results) == {"q", "s", "h"}
     assert results["q"].content == "quick result"
-    origins = {e.message.tool_call_id: e.origin for e in ledger.events(run_id=run.id) if e.message and e.message.role == "tool"}
+    origins = {
+        e.message.tool_call_id: e.origin
+        for e in ledger.events(run_id=run.id)
+        if e.message and e.message.role == "tool"
+    }
     assert origins["q"] == "run" and origins["h"] == "repair"
     check_failed_run(ledger, conversation_id, head, error)
