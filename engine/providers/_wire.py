@@ -1,0 +1,111 @@
+"""Small helpers the adapters share: body encoding, settings, keys, deltas."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from engine.providers._base import Delta, DeltaCallback
+from engine.providers._errors import ModelConfigError, ModelRequestError
+from store.messages import ToolCall
+
+__all__ = [
+    "emit",
+    "encode_body",
+    "merge_settings",
+    "resolve_api_key",
+    "tool_arguments",
+    "tool_arguments_text",
+]
+
+
+def encode_body(body: Mapping[str, Any], *, provider: str) -> bytes:
+    """The exact wire bytes: compact UTF-8 JSON in the mapping's own key order.
+
+    Key order is the adapter's construction order, which is deterministic, so
+    the same request always yields the same bytes (and digest).
+    """
+    try:
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode(
+            "utf-8"
+        )
+    except (TypeError, ValueError, UnicodeError) as exc:
+        raise ModelRequestError(
+            f"The {provider} request cannot be encoded as JSON: {exc}. Settings and tool "
+            f"schemas must hold plain JSON values, and text must be valid Unicode.",
+            provider=provider,
+        ) from exc
+
+
+def tool_arguments(call: ToolCall) -> dict[str, Any]:
+    """The call's arguments as an object; non-object arguments wrapped verbatim.
+
+    A stream that died midway leaves arguments that are not a JSON object.
+    Providers reject those, so they go on the wire as
+    `{"truncated_args": "<verbatim>"}`: the model sees exactly what it produced.
+    """
+    value = call.arguments_object()
+    return value if value is not None else {"truncated_args": call.arguments}
+
+
+def tool_arguments_text(call: ToolCall) -> str:
+    """`tool_arguments` as a JSON string; valid object arguments are sent verbatim."""
+    if call.arguments_object() is not None:
+        return call.arguments
+    return json.dumps({"truncated_args": call.arguments}, ensure_ascii=False, separators=(",", ":"))
+
+
+def merge_settings(
+    *layers: Mapping[str, Any] | None, reserved: Iterable[str], provider: str
+) -> dict[str, Any]:
+    """Merge setting layers (later wins), refusing keys the adapter itself writes."""
+    merged: dict[str, Any] = {}
+    for layer in layers:
+        if layer:
+            merged.update(layer)
+    clashes = sorted(set(merged) & set(reserved))
+    if clashes:
+        raise ModelRequestError(
+            f"The {provider} settings set {', '.join(map(repr, clashes))}, which the adapter "
+            f"writes itself from the request. Remove them from the settings; pass messages, "
+            f"tools and tool_choice through the ModelRequest, and streaming through prepare().",
+            provider=provider,
+        )
+    return merged
+
+
+def resolve_api_key(
+    api_key: str | None,
+    *,
+    env: str,
+    base_url: str,
+    default_base_url: str,
+    provider: str,
+) -> str | None:
+    """The explicit key, else the environment's; required only for the provider's own endpoint.
+
+    Local OpenAI-compatible servers (vLLM, llama.cpp, Ollama) usually need no
+    key, so a custom base URL without a key sends no credentials.
+    """
+    key = api_key if api_key is not None else os.environ.get(env)
+    if key:
+        return key
+    if base_url.rstrip("/") == default_base_url.rstrip("/"):
+        raise ModelConfigError(
+            f"No API key for {provider} at {default_base_url}: set the {env} environment "
+            f"variable or pass api_key=... to the model.",
+            provider=provider,
+        )
+    return None
+
+
+async def emit(on_delta: DeltaCallback | None, delta: Delta) -> None:
+    """Pass `delta` to a sync or async callback."""
+    if on_delta is None:
+        return
+    result = on_delta(delta)
+    if inspect.isawaitable(result):
+        await result

@@ -1,0 +1,193 @@
+"""`AnthropicModel`: the Anthropic Messages API adapter.
+
+```python
+model = AnthropicModel("claude-sonnet-4-5")             # ANTHROPIC_API_KEY from the environment
+```
+
+Requests go to `POST {base_url}/v1/messages` with `anthropic-version: 2023-06-01`.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import httpx
+
+from engine.providers import _anthropic_wire as wire
+from engine.providers._base import (
+    DeltaCallback,
+    ModelRequest,
+    ModelResponse,
+    PreparedRequest,
+)
+from engine.providers._http import (
+    HttpTransport,
+    PooledModel,
+    RetryPolicy,
+    Sleep,
+    SSEEvent,
+    load_json,
+    malformed_event,
+    retry_policy,
+)
+from engine.providers._wire import emit, encode_body, merge_settings, resolve_api_key
+from store import __version__
+
+__all__ = ["AnthropicModel"]
+
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+API_VERSION = "2023-06-01"
+_RESERVED = ("model", "messages", "system", "tools", "tool_choice", "stream")
+
+
+class AnthropicModel(PooledModel):
+    """A model behind the Anthropic Messages API.
+
+    Args:
+        model: the model name (`claude-sonnet-4-5`, ...).
+        api_key: defaults to `ANTHROPIC_API_KEY`; required for Anthropic's own endpoint.
+        base_url: defaults to `ANTHROPIC_BASE_URL`, else `https://api.anthropic.com`.
+        client: an `httpx.AsyncClient` to use (never closed by the model).
+        max_tokens: the answer's token bound (Anthropic requires one); a
+            `max_tokens` setting overrides it.
+        timeout: per-request timeout; defaults to the client's, or 600s (connect 10s).
+        max_retries: retries of retryable failures (default 2).
+        retry: the full retry policy; `max_retries` overrides its bound.
+        settings: extra body fields for every request (`temperature`,
+            `thinking`, ...); a request's own `settings` override them.
+        headers: extra HTTP headers (e.g. `anthropic-beta`).
+        sleep: how retries wait (tests inject a fast one).
+        rng: the jitter source (tests inject a seeded one).
+
+    Use `async with model:` to pool connections across requests; otherwise
+    each request opens and closes its own connection.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        client: httpx.AsyncClient | None = None,
+        max_tokens: int = 4096,
+        timeout: float | httpx.Timeout | None = None,
+        max_retries: int | None = None,
+        retry: RetryPolicy | None = None,
+        settings: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+        sleep: Sleep | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.model = model
+        self.max_tokens = max_tokens
+        base = base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL
+        self.base_url = base.rstrip("/")
+        self.api_key = resolve_api_key(
+            api_key,
+            env="ANTHROPIC_API_KEY",
+            base_url=self.base_url,
+            default_base_url=DEFAULT_BASE_URL,
+            provider=wire.PROVIDER,
+        )
+        self.settings = dict(settings or {})
+        merge_settings(self.settings, reserved=_RESERVED, provider=wire.PROVIDER)
+        self._headers = dict(headers or {})
+        self._transport = HttpTransport(
+            provider=wire.PROVIDER,
+            label=wire.LABEL,
+            api_key_env="ANTHROPIC_API_KEY",
+            client=client,
+            timeout=timeout,
+            retry=retry_policy(retry, max_retries),
+            sleep=sleep,
+            rng=rng,
+        )
+
+    @property
+    def name(self) -> str:
+        """`anthropic:<model>`."""
+        return f"anthropic:{self.model}"
+
+    @property
+    def url(self) -> str:
+        """The endpoint requests go to."""
+        return f"{self.base_url}/v1/messages"
+
+    def prepare(self, request: ModelRequest, *, stream: bool = False) -> PreparedRequest:
+        """Build the exact Messages body. Pure: no I/O."""
+        settings = merge_settings(
+            {"max_tokens": self.max_tokens},
+            self.settings,
+            request.settings,
+            reserved=_RESERVED,
+            provider=wire.PROVIDER,
+        )
+        system, messages = wire.messages_to_wire(request.messages)
+        body: dict[str, Any] = {"model": self.model, "max_tokens": settings.pop("max_tokens")}
+        if system:
+            body["system"] = system
+        body["messages"] = messages
+        if request.tools:
+            body["tools"] = wire.tools_to_wire(request.tools)
+        choice = wire.tool_choice_to_wire(request.tool_choice, request.tools)
+        if choice is not None:
+            body["tool_choice"] = choice
+        body.update(settings)
+        if stream:
+            body["stream"] = True
+        return PreparedRequest(
+            request=request, body=encode_body(body, provider=wire.PROVIDER), stream=stream
+        )
+
+    async def send(
+        self, prepared: PreparedRequest, *, on_delta: DeltaCallback | None = None
+    ) -> ModelResponse:
+        """Send the prepared bytes (retrying retryable failures) and parse the answer."""
+        headers = self._request_headers(stream=prepared.stream)
+        if not prepared.stream:
+            data = await self._transport.post_json(self.url, headers, prepared.body)
+            return wire.parse_response(data)
+
+        async def consume(events: AsyncIterator[SSEEvent]) -> ModelResponse:
+            state = wire.AnthropicStream()
+            async for event in events:
+                data = load_json(
+                    event.data,
+                    provider=wire.PROVIDER,
+                    label=wire.LABEL,
+                    what="stream event",
+                    stream=True,
+                )
+                try:
+                    deltas = state.feed(event.event, data)
+                except (KeyError, TypeError, AttributeError, ValueError) as exc:
+                    raise malformed_event(wire.PROVIDER, wire.LABEL, event, exc) from exc
+                for delta in deltas:
+                    await emit(on_delta, delta)
+                if state.done:
+                    break
+            return state.result()
+
+        result: ModelResponse = await self._transport.post_stream(
+            self.url, headers, prepared.body, consume
+        )
+        return result
+
+    def _request_headers(self, *, stream: bool) -> dict[str, str]:
+        headers = {
+            "content-type": "application/json",
+            "accept": "text/event-stream" if stream else "application/json",
+            "anthropic-version": API_VERSION,
+            "user-agent": f"chatledger/{__version__}",
+        }
+        if self.api_key:
+            headers["x-api-key"] = self.api_key
+        headers.update(self._headers)
+        return headers
+
+    def __repr__(self) -> str:
+        return f"AnthropicModel({self.model!r}, base_url={self.base_url!r})"

@@ -1,0 +1,1 @@
+"""Provider adapter tests, run against a strict local HTTP server."""
