@@ -30,11 +30,14 @@ from engine.tools import Canceled, Outcome
 from store import (
     ChatledgerError,
     HistoryError,
+    InvalidInputError,
     Message,
     NewEvent,
     NotFoundError,
     Position,
+    ResumeConflictError,
     RunCursor,
+    RunStateError,
     ToolCall,
     Usage,
     from_pairs,
@@ -48,6 +51,8 @@ from store.ids import new_id
 __all__ = ["Run"]
 
 _CANCELED = ("canceled", "disconnect")
+# What the ledger refuses because of the caller's request, not a failure.
+_REFUSALS = (NotFoundError, ResumeConflictError, RunStateError, InvalidInputError)
 
 
 class _StoreFailed(Exception):
@@ -77,8 +82,10 @@ class Run:
         lease_seconds: float,
         *,
         on_delta: DeltaCallback | None = None,
+        resumes: str | None = None,
     ) -> None:
         self.agent = agent
+        self.resumes = resumes
         self.log = LedgerCalls(ledger)
         self.prompt = prompt
         self.explicit_conversation_id = conversation_id
@@ -121,6 +128,8 @@ class Run:
         except RunError:
             raise
         except (Exception, asyncio.CancelledError) as error:
+            if self.cursor is None and isinstance(error, _REFUSALS):
+                raise  # refused before the run began: nothing to record
             stage, cause = self._classify(error)
             try:
                 failure = await self._fail(stage, cause, canceled=stage in _CANCELED)
@@ -145,6 +154,9 @@ class Run:
         return self.stage, error
 
     async def _open(self) -> None:
+        if self.resumes is not None:
+            await self._open_resume()
+            return
         supplied = self.supplied
         self.conversation_id = resolve_conversation_id(
             supplied or [], self.explicit_conversation_id
@@ -176,13 +188,46 @@ class Run:
             lease_seconds=self.lease_seconds,
         )
 
+    async def _open_resume(self) -> None:
+        """Continue a failed run on a resume branch at its partial's cut."""
+        failed = await self._ledger("run", self.resumes)
+        self.conversation_id = failed.conversation_id
+        at = Position(failed.branch_id, failed.position)
+        partial = await self._ledger("history", self.conversation_id, at=at, repaired=False)
+        prompt = next((m for m in reversed(partial) if m.role == "user"), None)
+        if prompt is None:
+            raise HistoryError(
+                f"Run '{failed.id}' recorded no prompt, so there is nothing to resume."
+            )
+        self.prompt = prompt.text
+        self.resumed_prompt: Message | None = prompt
+        self.instructions = await self.agent.resolve_instructions(
+            RunContext(self.run_id, self.conversation_id, self.prompt)
+        )
+        self.cursor = await self._ledger(
+            "start_run",
+            self.conversation_id,
+            owner=self.owner,
+            run_id=self.run_id,
+            resumes=failed.id,
+            model=self.agent.model.name,
+            instructions_digest=self.agent.digest(self.instructions),
+            lease_seconds=self.lease_seconds,
+        )
+
     async def _context(self) -> list[Message]:
         """The model's view: instructions, then the processed, repaired history."""
         assert self.cursor is not None
         at = Position(self.cursor.branch_id, self.cursor.position)
         replayed = await self._ledger("history", self.conversation_id, at=at, repaired=False)
-        prompt = self._stamp(Message(role="user", content=self.prompt))
-        await self._record([NewEvent.of_message(prompt, origin="client")], turns=False)
+        if self.resumes is None:
+            prompt = self._stamp(Message(role="user", content=self.prompt))
+            await self._record([NewEvent.of_message(prompt, origin="client")], turns=False)
+            replayed.append(prompt)
+        else:
+            # The failed run's prompt and turns are already in the replayed
+            # history; repair answers its dangling calls so the model may call again.
+            prompt = next(m for m in reversed(replayed) if m.role == "user")
         self.prompt_message = prompt
         hits: list[Hit] = []
         if self.agent.retriever is not None:
@@ -190,13 +235,13 @@ class Run:
             hits = list(await _maybe_await(self.agent.retriever(self.prompt)))
             self.sources += [Source("retrieval", h.id) for h in hits]
         self.stage = "processor"
-        history = [m for m in replayed if m.role != "system"] + [prompt]
+        history = [m for m in replayed if m.role != "system"]
         if self.agent.history_processor is not None:
             history = self.agent.history_processor(history)
-            if not history or history[-1] is not prompt:
+            if not any(m is prompt for m in history):
                 raise HistoryError(
                     "The history processor dropped the current prompt, which must stay the "
-                    "final user message. Make the processor keep the last message."
+                    "final user message. Make the processor keep the newest messages."
                 )
         history, _ = normalize_history(history)
         system = "\n\n".join(p for p in (self.instructions, _context_block(hits)) if p)
@@ -306,7 +351,7 @@ class Run:
             run_id=self.run_id,
             conversation_id=self.conversation_id,
             messages=messages,
-            new_messages=[self.prompt_message, *self.turns],
+            new_messages=self.turns if self.resumes else [self.prompt_message, *self.turns],
             output=output,
             usage=self.usage,
             sources=list(self.sources),
@@ -319,7 +364,7 @@ class Run:
     async def _ledger(self, method: str, *args: Any, **kwargs: Any) -> Any:
         try:
             return await self.log(method, *args, **kwargs)
-        except NotFoundError:
+        except _REFUSALS:
             raise
         except ChatledgerError as error:
             raise _StoreFailed(error) from error

@@ -213,6 +213,34 @@ class Agent:
             self, ledger, prompt, conversation_id, list(history), run_id, owner, 60.0
         ).execute()
 
+    async def resume_async(
+        self,
+        ledger: Any,
+        run_id: str,
+        *,
+        owner: str = "agent",
+        lease_seconds: float = 60.0,
+        new_run_id: str | None = None,
+    ) -> Result:
+        """Continue the failed or canceled run `run_id` from its partial.
+
+        The resume runs on a `resume` branch at the failed run's last recorded
+        position (its prompt, completed model turns and recorded tool
+        results); a call left without a result gets the neutral synthesized
+        result, so the model may call it again. Only one resume of a run can
+        ever exist (`store.ResumeConflictError` for the others), and it moves
+        the head only if the head is still where the failed run started.
+        """
+        from engine._run import Run
+
+        return await Run(
+            self, ledger, "", None, None, new_run_id, owner, lease_seconds, resumes=run_id
+        ).execute()
+
+    def resume(self, ledger: Any, run_id: str, **options: Any) -> Result:
+        """`resume_async` for scripts and jobs."""
+        return asyncio.run(self.resume_async(ledger, run_id, **options))
+
     def run(
         self, ledger: Any, prompt: str, conversation_id: str | None = None, **options: Any
     ) -> Result:

@@ -14,7 +14,15 @@ import pytest
 
 from engine import Agent, Canceled, ModelRequest, RunError, tool
 from engine.providers.scripted import ScriptedModel
-from store import Ledger, Message, Position, StorageError, ToolCall, normalize_history
+from store import (
+    Ledger,
+    Message,
+    Position,
+    ResumeConflictError,
+    StorageError,
+    ToolCall,
+    normalize_history,
+)
 from tests.agent.helpers import weather_agent, weather_script
 
 RECORDS_IN_A_CLEAN_RUN = 8  # prompt, 2 x (requested, responded), started, 2 x finished
@@ -201,3 +209,30 @@ def test_cancellation_mid_batch_closes_unanswered_calls(ledger: Ledger) -> None:
     }
     assert origins["q"] == "run" and origins["h"] == "repair"
     check_failed_run(ledger, conversation_id, head, error)
+
+
+def test_failed_run_is_resumed_from_its_partial(ledger: Ledger) -> None:
+    conversation_id, head = fresh_conversation(ledger)
+    calls = {"weather": 0}
+
+    @tool(name="weather")
+    def flaky(city: str) -> str:
+        """Fails the first time it is asked about Lima."""
+        calls["weather"] += 1
+        if city == "Lima" and calls["weather"] <= 2:
+            raise RuntimeError("weather service crashed")
+        return f"sunny in {city}"
+
+    agent = Agent(ScriptedModel(weather_script), tools=[flaky])
+    with pytest.raises(RunError) as caught:
+        agent.run(ledger, "Weather?", conversation_id)
+    failed = caught.value
+    resumed = agent.resume(ledger, failed.run_id)
+    assert ledger.run(resumed.run_id).resumes == failed.run_id
+    history = ledger.history(conversation_id)
+    assert history == resumed.messages
+    assert [m.content for m in history].count("Weather?") == 1
+    assert history[-1].content.startswith("Summary:")
+    assert ledger.conversation(conversation_id).head != head
+    with pytest.raises(ResumeConflictError):
+        agent.resume(ledger, failed.run_id)
