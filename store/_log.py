@@ -27,15 +27,17 @@ from store._values import (
     Event,
     ForkPoint,
     NewEvent,
+    Origin,
     Position,
 )
-from store.ids import new_id
+from store.ids import is_id, new_id
 from store.messages import dump_message
-from store.schema import branches, conversations, events
+from store.schema import branches, conversations, events, runs
 
 __all__ = [
-    "MAX_PAYLOAD_BYTES",
+    "MAX_PAYLOAD_CHARS",
     "append_messages",
+    "appendable",
     "branch_tip",
     "create_branch",
     "create_conversation",
@@ -50,7 +52,7 @@ __all__ = [
     "resolve_position",
 ]
 
-MAX_PAYLOAD_BYTES = 64 * 1024 * 1024
+MAX_PAYLOAD_CHARS = 64 * 1024 * 1024
 
 
 def utc(value: datetime) -> datetime:
@@ -97,10 +99,10 @@ def encode_events(new_events: Sequence[NewEvent]) -> list[tuple[NewEvent, str]]:
         else:
             text = canonical_json(item.payload)
             _check_encodable(text, f"{item.kind} payload")
-        if len(text) > MAX_PAYLOAD_BYTES:
+        if len(text) > MAX_PAYLOAD_CHARS:
             raise InvalidInputError(
                 f"A {item.kind} payload is {len(text):,} characters, over the limit of "
-                f"{MAX_PAYLOAD_BYTES:,}. Store large content elsewhere and record a URL part."
+                f"{MAX_PAYLOAD_CHARS:,}. Store large content elsewhere and record a URL part."
             )
         encoded.append((item, text))
     return encoded
@@ -313,6 +315,27 @@ def get_branch(conn: Connection, tenant: str, conversation_id: str, branch_id: s
     )
 
 
+def appendable(conn: Connection, conversation_id: str, at: Position) -> bool:
+    """Whether a writer may continue `at.branch_id` directly after `at`.
+
+    Only at the branch's tip, and only when no running run is writing the
+    branch: a run owns its branch until it ends, so nobody else's events can
+    land between its own.
+    """
+    if branch_tip(conn, conversation_id, at.branch_id) != at.position:
+        return False
+    running = conn.execute(
+        sa.select(runs.c.id)
+        .where(
+            runs.c.conversation_id == conversation_id,
+            runs.c.branch_id == at.branch_id,
+            runs.c.status == "running",
+        )
+        .limit(1)
+    ).first()
+    return running is None
+
+
 def branch_tip(conn: Connection, conversation_id: str, branch_id: str) -> int:
     """The position of a branch's last event."""
     tip = conn.execute(
@@ -331,6 +354,7 @@ def create_branch(
     *,
     run_id: str | None = None,
     resumes_run_id: str | None = None,
+    origin: Origin = "run",
 ) -> tuple[str, Event]:
     """A new branch at `parent`, opened by its `branch.created` event."""
     branch_id = new_id()
@@ -356,7 +380,7 @@ def create_branch(
         conversation_id,
         branch_id,
         parent.position + 1,
-        [(NewEvent("branch.created", payload), canonical_json(payload))],
+        [(NewEvent("branch.created", payload, origin=origin), canonical_json(payload))],
         run_id=run_id,
     )
     return branch_id, created
@@ -487,8 +511,10 @@ def append_messages(
         )
     branch_id, position = conv.head.branch_id, conv.head.position
     written: list[Event] = []
-    if branch_tip(conn, conv.id, branch_id) != position:
-        branch_id, created = create_branch(conn, conv.id, conv.head, "run", run_id=run_id)
+    if not appendable(conn, conv.id, conv.head):
+        branch_id, created = create_branch(
+            conn, conv.id, conv.head, "run", run_id=run_id, origin="client"
+        )
         written.append(created)
         position += 1
     written += insert_events(
@@ -549,8 +575,8 @@ def move_head(
         )
     target = resolve_position(conn, conv, to)
     branch_id, position = target.branch_id, target.position
-    if branch_tip(conn, conv.id, branch_id) != position:
-        branch_id, _ = create_branch(conn, conv.id, target, "edit")
+    if not appendable(conn, conv.id, target):
+        branch_id, _ = create_branch(conn, conv.id, target, "edit", origin="client")
         position += 1
     payload = {
         "from": {"branchId": conv.head.branch_id, "position": conv.head.position},
@@ -598,10 +624,11 @@ def list_events(
 
 
 def _check_id(value: str, kind: str) -> None:
-    # A malformed id would make Postgres' uuid cast fail with a driver error;
-    # an id that cannot exist is reported like a missing one.
-    if not isinstance(value, str) or len(value) != 36 or value.count("-") != 4:
+    # A malformed id would make Postgres' uuid cast fail with a driver error,
+    # and a differently spelled one would match on Postgres but not on SQLite:
+    # only the canonical form is accepted, the same way on both.
+    if not is_id(value):
         raise InvalidInputError(
-            f"{kind.capitalize()} id {value!r} is not a UUID. Pass the id exactly as chatledger "
-            f"returned it."
+            f"{kind.capitalize()} id {value!r} is not a UUID in canonical form (lowercase, "
+            f"hyphenated). Pass the id exactly as chatledger returned it."
         )

@@ -149,7 +149,7 @@ def start_run(
     point = _log.resolve_position(conn, conv, base)
     written: list[Event] = []
     branch_id, position = point.branch_id, point.position
-    if resumed is not None or _log.branch_tip(conn, conv.id, branch_id) != position:
+    if resumed is not None or not _log.appendable(conn, conv.id, point):
         reason: BranchReason = "resume" if resumed is not None else "run"
         try:
             branch_id, created = _log.create_branch(
@@ -322,7 +322,7 @@ def end_run(
         "toolCount": run.tool_count if tool_count is None else tool_count,
     }
     payload: dict[str, Any] = {"usage": usage.model_dump(mode="json"), **counts}
-    if status == "failed":
+    if status != "completed":
         payload |= {"stage": stage, "error": error}
     kind = {"completed": "run.completed", "failed": "run.failed", "canceled": "run.canceled"}
     if status not in kind:

@@ -57,6 +57,13 @@ conversations = sa.Table(
     sa.Column("forked_from_position", sa.Integer, nullable=True),
     # Keyset pagination of a tenant's conversations, newest first (ids are UUIDv7).
     sa.Index("ix_chatledger_conversations_tenant_id", "tenant", "id"),
+    # "Which conversations were forked from this one" (audit, lineage).
+    sa.Index(
+        "ix_chatledger_conversations_forked_from",
+        "forked_from_conversation_id",
+        sqlite_where=sa.text("forked_from_conversation_id IS NOT NULL"),
+        postgresql_where=sa.text("forked_from_conversation_id IS NOT NULL"),
+    ),
 )
 
 branches = sa.Table(
@@ -146,6 +153,8 @@ runs = sa.Table(
     sa.Column("ended_at", Timestamp, nullable=True),
     sa.CheckConstraint("status IN ('running', 'completed', 'failed', 'canceled')", name="status"),
     sa.Index("ix_chatledger_runs_conversation_id", "conversation_id", "id"),
+    # A tenant's runs newest first, by status (`chatledger runs --status ...`).
+    sa.Index("ix_chatledger_runs_tenant_status", "tenant", "status", "id"),
     # The resume worker's scan: running runs by lease expiry.
     sa.Index(
         "ix_chatledger_runs_stale",

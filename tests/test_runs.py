@@ -13,6 +13,7 @@ from store import (
     Ledger,
     Message,
     NewEvent,
+    Position,
     ResumeConflictError,
     RunStateError,
     Store,
@@ -221,3 +222,25 @@ def test_append_messages_is_atomic(ledger: Ledger, monkeypatch: pytest.MonkeyPat
     assert contents(ledger, conv.id) == ["kept"]
     assert len(ledger.events(conversation_id=conv.id)) == 2
     assert ledger.conversation(conv.id).head.position == 2
+
+
+def test_moving_the_head_onto_a_running_runs_tip_never_writes_into_the_run(
+    ledger: Ledger,
+) -> None:
+    conv = ledger.create_conversation()
+    cursor = ledger.start_run(conv.id, owner="w1")
+    moved = ledger.move_head(conv.id, Position(cursor.branch_id, cursor.position))
+    assert moved.head.branch_id != cursor.branch_id
+    appended = ledger.append_messages(conv.id, [user("meanwhile")])
+    assert appended.head.branch_id != cursor.branch_id
+    written, _ = ledger.record(cursor, [said("still mine")])
+    assert written[0].position == cursor.position + 1
+
+
+def test_canceled_run_records_its_stage_and_error_in_the_log(ledger: Ledger) -> None:
+    conv = ledger.create_conversation()
+    cursor = ledger.start_run(conv.id, owner="w1")
+    ledger.fail_run(cursor, stage="canceled", error="user pressed stop", canceled=True)
+    last = ledger.events(run_id=cursor.run_id)[-1]
+    assert last.kind == "run.canceled"
+    assert (last.payload["stage"], last.payload["error"]) == ("canceled", "user pressed stop")

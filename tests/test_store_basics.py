@@ -202,3 +202,10 @@ def test_position_off_the_branch_is_invalid(ledger: Ledger) -> None:
         ledger.history(conv.id, at=Position(conv.head.branch_id, 5))
     with pytest.raises(InvalidInputError, match="head lineage"):
         ledger.history(conv.id, at=9)
+
+
+def test_non_canonical_ids_are_refused_alike_on_every_backend(ledger: Ledger) -> None:
+    conv = ledger.create_conversation()
+    for spelling in (conv.id.upper(), "zzzzzzzz-zzzz-zzzz-zzzz-zzzzzzzzzzzz"):
+        with pytest.raises(InvalidInputError, match="canonical"):
+            ledger.history(spelling)

@@ -81,6 +81,14 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name=op.f("pk_chatledger_conversations")),
     )
     op.create_index(
+        "ix_chatledger_conversations_forked_from",
+        "chatledger_conversations",
+        ["forked_from_conversation_id"],
+        unique=False,
+        sqlite_where=sa.text("forked_from_conversation_id IS NOT NULL"),
+        postgresql_where=sa.text("forked_from_conversation_id IS NOT NULL"),
+    )
+    op.create_index(
         "ix_chatledger_conversations_tenant_id",
         "chatledger_conversations",
         ["tenant", "id"],
@@ -162,6 +170,12 @@ def upgrade() -> None:
         "ix_chatledger_runs_conversation_id",
         "chatledger_runs",
         ["conversation_id", "id"],
+        unique=False,
+    )
+    op.create_index(
+        "ix_chatledger_runs_tenant_status",
+        "chatledger_runs",
+        ["tenant", "status", "id"],
         unique=False,
     )
     op.create_index(
