@@ -120,8 +120,10 @@ class Run:
                     run_id=self.run_id,
                     conversation_id=self.explicit_conversation_id or "",
                 ) from error
+        heartbeat: asyncio.Task[None] | None = None
         try:
             await self._open()
+            heartbeat = asyncio.create_task(self._heartbeat())
             context = await self._context()
             await self._loop(context)
             return await self._complete()
@@ -136,6 +138,21 @@ class Run:
             except _Completed:
                 return await self._result()
             raise failure from cause
+        finally:
+            if heartbeat is not None:
+                heartbeat.cancel()
+                await asyncio.gather(heartbeat, return_exceptions=True)
+
+    async def _heartbeat(self) -> None:
+        """Renew the run's lease (on the database's clock) while the run works."""
+        interval = max(self.lease_seconds / 3, 0.05)
+        while True:
+            await asyncio.sleep(interval)
+            assert self.cursor is not None
+            try:
+                await self.log("renew_lease", self.cursor, self.lease_seconds)
+            except ChatledgerError:
+                return  # lost: the run's next append is refused and reports it
 
     def _classify(self, error: BaseException) -> tuple[str, BaseException]:
         """The stage a failure belongs to, and the error to report."""

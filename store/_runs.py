@@ -61,6 +61,7 @@ def _run(row: Row[Any]) -> Run:
     ended = m["ended_at"]
     return Run(
         id=m["id"],
+        tenant=m["tenant"],
         conversation_id=m["conversation_id"],
         branch_id=m["branch_id"],
         position=m["position"],
@@ -294,6 +295,7 @@ def end_run(
     usage: Usage | None = None,
     request_count: int | None = None,
     tool_count: int | None = None,
+    attention: str | None = None,
 ) -> tuple[Conversation | None, ConflictError | None]:
     """End a run: completed (moving the head by compare-and-set), failed or canceled.
 
@@ -317,10 +319,11 @@ def end_run(
         )
         status, stage, error = "failed", "conflict", str(conflict)
     usage = usage or run.usage
-    counts = {
-        "requestCount": run.request_count if request_count is None else request_count,
-        "toolCount": run.tool_count if tool_count is None else tool_count,
-    }
+    if request_count is None or tool_count is None:
+        logged = _logged_counts(conn, run)
+        request_count = logged[0] if request_count is None else request_count
+        tool_count = logged[1] if tool_count is None else tool_count
+    counts = {"requestCount": request_count, "toolCount": tool_count}
     payload: dict[str, Any] = {"usage": usage.model_dump(mode="json"), **counts}
     if status != "completed":
         payload |= {"stage": stage, "error": error}
@@ -342,6 +345,7 @@ def end_run(
             "ended_at": db_now(conn),
             "lease_owner": None,
             "lease_expires_at": None,
+            "attention": attention,
         },
     )
     (ended,) = _log.insert_events(
@@ -359,6 +363,20 @@ def end_run(
         conn, conv, Position(cursor.branch_id, ended.position), _appended_messages(conn, conv, run)
     )
     return _log.get_conversation(conn, tenant, conv.id), None
+
+
+def _logged_counts(conn: Connection, run: Run) -> tuple[int, int]:
+    """Model requests answered and tools finished, as the run's events record them."""
+    rows = conn.execute(
+        sa.select(events.c.kind, sa.func.count())
+        .where(
+            events.c.run_id == run.id,
+            events.c.kind.in_(["model.responded", "tool.finished"]),
+        )
+        .group_by(events.c.kind)
+    ).all()
+    found = {kind: count for kind, count in rows}
+    return found.get("model.responded", 0), found.get("tool.finished", 0)
 
 
 def _appended_messages(conn: Connection, conv: Conversation, run: Run) -> list[Event]:

@@ -327,18 +327,47 @@ class Store:
             with translating("migrating the schema"):
                 _migrate.upgrade(connection)
             return
-        with self.engine.connect() as conn:
+        with translating("migrating the schema"), self.engine.connect() as conn:
             conn.execution_options(**{WRITE: True})
-            with translating("migrating the schema"), conn.begin():
+            with conn.begin():
                 _migrate.upgrade(conn)
 
     def tenant(self, tenant: str) -> Ledger:
         """A handle whose every operation is scoped to `tenant`."""
         return Ledger(self, tenant)
 
-    def rebuild(self) -> int:
-        """Recompute every materialized view from the events; return the view count."""
-        return self.execute(Op("rebuilding views", True, projector.rebuild_views))
+    def rebuild(self, progress: Callable[[int, int], None] | None = None) -> int:
+        """Recompute every materialized view from the events; return the view count.
+
+        It runs in one transaction: readers see the old views until it commits.
+        """
+        return self.execute(
+            Op("rebuilding views", True, lambda c: projector.rebuild_views(c, progress=progress))
+        )
+
+    def claim_stale_runs(
+        self,
+        *,
+        owner: str,
+        limit: int = 10,
+        lease_seconds: float = 60.0,
+        max_attempts: int = 5,
+    ) -> list[tuple[Run, RunCursor]]:
+        """Claim stale runs of every tenant (for a resume worker serving them all)."""
+        return self.execute(
+            Op(
+                "claiming stale runs",
+                True,
+                lambda c: _runs.claim_stale_runs(
+                    c,
+                    None,
+                    owner=owner,
+                    limit=limit,
+                    lease_seconds=lease_seconds,
+                    max_attempts=max_attempts,
+                ),
+            )
+        )
 
     def check_schema(self) -> None:
         """Raise `SchemaError` unless the database is at this package's head revision."""
@@ -352,10 +381,10 @@ class Store:
 
     def execute(self, op: Op[T]) -> T:
         """Run one operation in its own transaction."""
-        with self.engine.connect() as conn:
+        with translating(op.action), self.engine.connect() as conn:
             if op.write:
                 conn.execution_options(**{WRITE: True})
-            with translating(op.action), conn.begin():
+            with conn.begin():
                 return op.fn(conn)
 
 
@@ -521,8 +550,12 @@ class Ledger:
         request_count: int | None = None,
         tool_count: int | None = None,
         canceled: bool = False,
+        attention: str | None = None,
     ) -> None:
-        """Record a run as failed (or canceled) at `stage`; the head does not move."""
+        """Record a run as failed (or canceled) at `stage`; the head does not move.
+
+        `attention` marks it as needing a person (listed by `runs(attention=True)`).
+        """
         self._store.execute(
             self._ops.end_run(
                 cursor,
@@ -532,6 +565,7 @@ class Ledger:
                 usage=usage,
                 request_count=request_count,
                 tool_count=tool_count,
+                attention=attention,
             )
         )
 
@@ -632,10 +666,10 @@ class AsyncStore:
 
     async def execute(self, op: Op[T]) -> T:
         """Run one operation in its own transaction, through `run_sync`."""
-        async with self.engine.connect() as conn:
-            if op.write:
-                await conn.execution_options(**{WRITE: True})
-            with translating(op.action):
+        with translating(op.action):
+            async with self.engine.connect() as conn:
+                if op.write:
+                    await conn.execution_options(**{WRITE: True})
                 async with conn.begin():
                     return await conn.run_sync(op.fn)
 
@@ -791,6 +825,7 @@ class AsyncLedger:
         request_count: int | None = None,
         tool_count: int | None = None,
         canceled: bool = False,
+        attention: str | None = None,
     ) -> None:
         """See `Ledger.fail_run`."""
         await self._store.execute(
@@ -802,6 +837,7 @@ class AsyncLedger:
                 usage=usage,
                 request_count=request_count,
                 tool_count=tool_count,
+                attention=attention,
             )
         )
 

@@ -47,6 +47,13 @@ def translating(action: str) -> Iterator[None]:
                 f"The database has no chatledger tables (while {action}). Run "
                 f"`store.migrate()` or `chatledger migrate` once to create them."
             ) from error
+        if isinstance(error, sa_exc.OperationalError) and (
+            "connect" in text or "connection" in text
+        ):
+            raise StorageError(
+                f"Cannot reach the database (while {action}): {error.orig}. Check that the "
+                f"server is running and that the URL, user and password are right."
+            ) from error
         if "append-only" in text:
             raise StorageError(
                 f"The database refused {action}: chatledger's events are append-only, "

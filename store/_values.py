@@ -154,6 +154,7 @@ class Run:
     """A run, as its projection row shows it."""
 
     id: str
+    tenant: str
     conversation_id: str
     branch_id: str
     position: int

@@ -156,44 +156,50 @@ def sanitize_history(messages: Sequence[Message]) -> tuple[list[Message], Saniti
         its message in `messages`), and the `HistoryRepair` of the final pass,
         whose indexes also refer to `messages`.
     """
-    # Each pass keeps `origin`, the caller's index of every message it keeps,
-    # so that reports made after earlier drops still point into the caller's
-    # list. Parallel lists rather than (index, message) pairs: a long history
-    # would otherwise allocate a tuple per message per pass, and the garbage
-    # collector's work on them grew faster than the history itself.
-    kept, origin, system_prompts = _drop_system(messages)
-    kept, unsafe_parts, emptied = _drop_unsafe_urls(kept, origin)
-    kept, origin = _drop_emptied_users(kept, origin, emptied)
+    # Passes that remove messages also return the positions they removed, so
+    # that the reports of later passes can be mapped back to the caller's
+    # indexes (`_restore`). Removed positions rather than a full index map:
+    # on a long history, a map costs an int object per message.
+    kept, system = _drop_system(messages)
+    kept, unsafe, emptied = _drop_unsafe_urls(kept)
+    kept = _without(kept, emptied)
     repaired, repair = normalize_history(kept)
-    repair = HistoryRepair(
-        synthesized=repair.synthesized,
-        dropped=[origin[index] for index in repair.dropped],
-        moved=[origin[index] for index in repair.moved],
-        truncated=repair.truncated,
-    )
+
+    def to_callers(positions: list[int]) -> list[int]:
+        return _restore(_restore(positions, emptied), system)
+
+    # Unsafe parts were found before the emptied users left.
+    unsafe_at = _restore([position for position, _ in unsafe], system)
     return repaired, SanitizeReport(
-        system_prompts=system_prompts, unsafe_parts=unsafe_parts, repair=repair
+        system_prompts=len(system),
+        unsafe_parts=[
+            UnsafePart(message_index=index, kind="url", scheme=scheme)
+            for index, (_, scheme) in zip(unsafe_at, unsafe, strict=True)
+        ],
+        repair=HistoryRepair(
+            synthesized=repair.synthesized,
+            dropped=to_callers(repair.dropped),
+            moved=to_callers(repair.moved),
+            truncated=repair.truncated,
+        ),
     )
 
 
-def _drop_system(messages: Sequence[Message]) -> tuple[list[Message], Sequence[int], int]:
+def _drop_system(messages: Sequence[Message]) -> tuple[list[Message], list[int]]:
     """Drop system messages: instructions come from the agent, never from history."""
-    if all(message.role != "system" for message in messages):
-        return list(messages), range(len(messages)), 0
-    kept: list[Message] = []
-    origin: list[int] = []
-    for index, message in enumerate(messages):
-        if message.role != "system":
-            kept.append(message)
-            origin.append(index)
-    return kept, origin, len(messages) - len(kept)
+    system = [index for index, message in enumerate(messages) if message.role == "system"]
+    return _without(messages, system), system
 
 
 def _drop_unsafe_urls(
-    messages: list[Message], origin: Sequence[int]
-) -> tuple[list[Message], list[UnsafePart], list[int]]:
-    """Drop `url` parts that are not http(s); also return the user messages left empty."""
-    unsafe: list[UnsafePart] = []
+    messages: list[Message],
+) -> tuple[list[Message], list[tuple[int, str]], list[int]]:
+    """Drop `url` parts that are not http(s).
+
+    Returns the messages, the position and scheme of each dropped part, and
+    the positions of the user messages the drops left empty.
+    """
+    unsafe: list[tuple[int, str]] = []
     emptied: list[int] = []
     out = messages
     for position, message in enumerate(messages):
@@ -204,7 +210,7 @@ def _drop_unsafe_urls(
             if isinstance(part, UrlPart):
                 scheme = _scheme(part.url)
                 if scheme not in _SAFE_SCHEMES:
-                    unsafe.append(UnsafePart(origin[position], "url", scheme))
+                    unsafe.append((position, scheme))
                     continue
             parts.append(part)
         if len(parts) == len(message.parts):
@@ -228,14 +234,32 @@ def _scheme(url: str) -> str:
         return ""
 
 
-def _drop_emptied_users(
-    messages: list[Message], origin: Sequence[int], emptied: list[int]
-) -> tuple[list[Message], Sequence[int]]:
-    if not emptied:
-        return messages, origin
-    gone = set(emptied)
-    keep = [position for position in range(len(messages)) if position not in gone]
-    return [messages[position] for position in keep], [origin[position] for position in keep]
+def _without(messages: Sequence[Message], positions: list[int]) -> list[Message]:
+    """`messages` without the ascending `positions`, copied as slices between them."""
+    out: list[Message] = []
+    start = 0
+    for position in positions:
+        out.extend(messages[start:position])
+        start = position + 1
+    out.extend(messages[start:])
+    return out
+
+
+def _restore(positions: list[int], removed: list[int]) -> list[int]:
+    """Map ascending positions in a list back to the list before `removed` left it.
+
+    `removed` holds the ascending indexes, in the list before, of the messages
+    taken out. One merge-like walk over both lists.
+    """
+    if not removed:
+        return positions
+    restored = []
+    skipped = 0
+    for position in positions:
+        while skipped < len(removed) and removed[skipped] <= position + skipped:
+            skipped += 1
+        restored.append(position + skipped)
+    return restored
 
 
 # --- trim and budget -------------------------------------------------------------------

@@ -14,7 +14,7 @@ of every conversation equals `rebuild_views`' recomputation from the events.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -175,8 +175,15 @@ def _fill_view(
     )
 
 
-def rebuild_views(conn: Connection, conversation_ids: Sequence[str] | None = None) -> int:
-    """Drop and recompute head views from the events; return how many were rebuilt."""
+def rebuild_views(
+    conn: Connection,
+    conversation_ids: Sequence[str] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> int:
+    """Drop and recompute head views from the events; return how many were rebuilt.
+
+    `progress(done, total)` is called after each view.
+    """
     query = sa.select(
         conversations.c.id, conversations.c.head_branch_id, conversations.c.head_position
     )
@@ -187,11 +194,12 @@ def rebuild_views(conn: Connection, conversation_ids: Sequence[str] | None = Non
         )
     else:
         conn.execute(view_entries.delete())
-    count = 0
-    for conversation_id, branch_id, position in conn.execute(query).all():
+    heads = conn.execute(query).all()
+    for done, (conversation_id, branch_id, position) in enumerate(heads, 1):
         _fill_view(conn, conversation_id, lineage(conn, Position(branch_id, position)))
-        count += 1
-    return count
+        if progress is not None:
+            progress(done, len(heads))
+    return len(heads)
 
 
 def head_at(conn: Connection, conversation_id: str, when: datetime) -> Position | None:

@@ -1,0 +1,211 @@
+"""`chatledger demo`: the whole product in a few seconds, offline.
+
+A multi-turn conversation with tool calls (a scripted model), a run killed
+with SIGKILL in the middle of a tool batch in a child process, the resume
+worker finishing it exactly once, a fork, and a short audit of the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+from engine.agent import Agent
+from engine.providers import ModelRequest
+from engine.providers.scripted import ScriptedModel
+from engine.resume import ResumeWorker, uncertain_tool_calls
+from engine.tools import tool
+from store import Message, Store, ToolCall
+
+TENANT = "demo"
+LEASE_SECONDS = 1.0
+
+
+@tool
+def weather(city: str) -> str:
+    """Today's weather in a city."""
+    return {"Oslo": "snow, -3 °C", "Lima": "sunny, 24 °C", "Cairo": "clear, 31 °C"}.get(
+        city, "unknown"
+    )
+
+
+@tool
+def slow_weather(city: str) -> str:
+    """The weather, from a slow service (Cairo takes a long time)."""
+    if city == "Cairo":
+        time.sleep(30)
+    return weather.function(city)  # type: ignore[no-any-return]
+
+
+def script(request: ModelRequest) -> Message | str:
+    """Ask for the weather of every city in the prompt, then summarize the results."""
+    last_user = max(i for i, m in enumerate(request.messages) if m.role == "user")
+    prompt = request.messages[last_user].content
+    results = [m for m in request.messages[last_user:] if m.role == "tool"]
+    tool_name = "slow_weather" if "slow" in prompt else "weather"
+    cities = [c for c in ("Oslo", "Lima", "Cairo") if c in prompt]
+    answered = {m.tool_call_id for m in results}
+    missing = [
+        m
+        for m in results
+        if m.content.startswith("No result was recorded")
+        and f"{m.tool_call_id}-again" not in answered
+    ]
+    if cities and not results:
+        return Message(
+            role="assistant",
+            tool_calls=[
+                ToolCall(id=f"call-{c.lower()}", name=tool_name, arguments={"city": c})
+                for c in cities
+            ],
+        )
+    if missing:
+        retry = [m.tool_call_id for m in missing]
+        return Message(
+            role="assistant",
+            tool_calls=[
+                ToolCall(
+                    id=f"{call_id}-again",
+                    name="weather",
+                    arguments={"city": str(call_id).removeprefix("call-").capitalize()},
+                )
+                for call_id in retry
+            ],
+        )
+    if results:
+        known = [m.content for m in results if not m.content.startswith("No result")]
+        return "Weather: " + "; ".join(known) + "."
+    return f"You said {prompt!r}. Ask me about the weather in Oslo, Lima or Cairo."
+
+
+def make_agent() -> Agent:
+    """The demo's agent: a scripted model and two weather tools."""
+    return Agent(
+        ScriptedModel(script, name="weather-demo"),
+        instructions="You report the weather briefly.",
+        tools=[weather, slow_weather],
+    )
+
+
+def child(url: str, conversation_id: str) -> None:
+    """The doomed process: a run whose tool batch never finishes."""
+    with Store.open(url) as store:
+        make_agent().run(
+            store.tenant(TENANT),
+            "slow weather for Oslo and Cairo, please",
+            conversation_id,
+            owner=f"demo-child:{os.getpid()}",
+            lease_seconds=LEASE_SECONDS,
+        )
+
+
+def demo(url: str | None, say: Callable[[str], None] = print) -> int:
+    """Run the demo on `url` (default ./chatledger.db); return the exit status."""
+    started = time.monotonic()
+    with Store.open(url) as store:
+        store.migrate()
+        ledger = store.tenant(TENANT)
+        agent = make_agent()
+        say(f"chatledger demo on {store.engine.url.render_as_string(hide_password=True)}\n")
+
+        say("1. A conversation with tool calls")
+        first = agent.run(ledger, "What is the weather in Oslo and Lima?")
+        conv = first.conversation_id
+        for m in first.new_messages:
+            say(f"   {_line(m)}")
+        second = agent.run(ledger, "Thanks!", conv)
+        say(f"   {_line(second.new_messages[-1])}")
+
+        say("\n2. A crash in the middle of a tool batch")
+        process = subprocess.Popen(
+            [sys.executable, "-m", "engine._demo", "child", str(store.engine.url), conv],
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        run_id = _wait_for_tool_batch(ledger, conv, process)
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+        say(f"   child process {process.pid} started run {run_id[:13]}… and was killed (SIGKILL)")
+        for call, name in uncertain_tool_calls(ledger, run_id):
+            say(f"   the log shows {name} call {call} started, never finished")
+        say(f"   the head did not move: {len(ledger.history(conv))} messages, as before")
+
+        say("\n3. The resume worker finishes it, exactly once")
+        worker = ResumeWorker(agent, store, owner="demo-worker", lease_seconds=LEASE_SECONDS)
+        outcomes = asyncio.run(_resume_when_stale(worker))
+        for outcome in outcomes:
+            result = outcome.result
+            assert result is not None
+            say(f"   resumed run {outcome.run_id[:13]}… as run {result.run_id[:13]}…")
+            for m in result.new_messages:
+                say(f"   {_line(m)}")
+        again = asyncio.run(worker.run_once())
+        say(f"   a second pass finds {len(again)} runs to resume")
+
+        say("\n4. A fork: the same conversation, another question")
+        point = ledger.run(first.run_id).position  # where the first run completed
+        fork = ledger.fork(conv, at=point)
+        forked = agent.run(ledger, "And in Cairo?", fork.id)
+        say(f"   fork {fork.id[:13]}… of {conv[:13]}… at position {point}")
+        say(f"   {_line(forked.new_messages[-1])}")
+        say(
+            f"   the source still has {len(ledger.history(conv))} messages, the fork {len(ledger.history(fork.id))}"
+        )
+
+        say("\n5. Audit")
+        for run in reversed(ledger.runs(conversation_id=conv)):
+            stage = f" at {run.stage}" if run.stage else ""
+            resumes = f", resumes {run.resumes[:13]}…" if run.resumes else ""
+            say(f"   run {run.id[:13]}… {run.status}{stage}{resumes}")
+        events = ledger.events(conversation_id=conv)
+        kinds: dict[str, int] = {}
+        for event in events:
+            kinds[event.origin] = kinds.get(event.origin, 0) + 1
+        say(f"   {len(events)} events in the log by origin: {kinds}")
+    say(f"\nDone in {time.monotonic() - started:.1f} s.")
+    return 0
+
+
+def _line(message: Message) -> str:
+    if message.tool_calls:
+        calls = ", ".join(f"{c.name}({c.arguments})" for c in message.tool_calls)
+        return f"{message.role:>9}: calls {calls}"
+    return f"{message.role:>9}: {message.content}"
+
+
+def _wait_for_tool_batch(
+    ledger: object, conversation_id: str, process: subprocess.Popen[bytes]
+) -> str:
+    """Poll the log until the child's run has finished one tool of its batch."""
+    from store import Ledger
+
+    assert isinstance(ledger, Ledger)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the demo's child process exited early ({process.returncode})")
+        for run in ledger.runs(conversation_id=conversation_id, status="running"):
+            kinds = [e.kind for e in ledger.events(run_id=run.id)]
+            if "tool.finished" in kinds:
+                return run.id
+        time.sleep(0.05)
+    raise RuntimeError("the demo's child process did not reach its tool batch in time")
+
+
+async def _resume_when_stale(worker: ResumeWorker) -> list:  # type: ignore[type-arg]
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        outcomes = await worker.run_once()
+        if outcomes:
+            return outcomes
+        await asyncio.sleep(0.1)
+    raise RuntimeError("the killed run's lease did not expire in time")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["child"]:
+        child(sys.argv[2], sys.argv[3])

@@ -1,0 +1,167 @@
+"""Every `chatledger` subcommand, run as a real command in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from store import Message, Store
+
+EXE = [sys.executable, "-m", "engine.cli"]
+
+
+def chatledger(
+    *args: str,
+    url: str | None = None,
+    stdin: str = "",
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    command = [*EXE, *args]
+    if url is not None:
+        command += ["--database-url", url]
+    return subprocess.run(
+        command,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+@pytest.fixture
+def seeded(database_url: str) -> tuple[str, str]:
+    with Store.open(database_url) as store:
+        ledger = store.tenant("cli")
+        conv = ledger.create_conversation()
+        ledger.append_messages(conv.id, [Message(role="user", content="hello cli")])
+        ledger.append_messages(conv.id, [Message(role="assistant", content="hi there")])
+    return database_url, conv.id
+
+
+def test_version_and_help() -> None:
+    assert chatledger("--version").stdout.startswith("chatledger ")
+    for command in ("migrate", "demo", "history", "runs", "fork", "resume", "rebuild", "chat"):
+        result = chatledger(command, "--help")
+        assert result.returncode == 0 and "usage:" in result.stdout, command
+
+
+def test_demo_runs_offline_fast_and_shows_crash_resume_and_fork(tmp_path: Path) -> None:
+    started = time.monotonic()
+    result = chatledger("demo", cwd=tmp_path)
+    elapsed = time.monotonic() - started
+    assert result.returncode == 0, result.stderr
+    assert elapsed < 10, f"the demo took {elapsed:.1f} s"
+    assert (tmp_path / "chatledger.db").exists()
+    out = result.stdout
+    assert "killed (SIGKILL)" in out
+    assert "resumed run" in out and "a second pass finds 0 runs" in out
+    assert "fork" in out
+
+
+def test_migrate_then_history(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'm.db'}"
+    assert chatledger("migrate", url=url).returncode == 0
+    with Store.open(url) as store:
+        ledger = store.tenant("default")
+        conv = ledger.create_conversation()
+        ledger.append_messages(conv.id, [Message(role="user", content="from the test")])
+    result = chatledger("history", conv.id, "--json", url=url)
+    assert json.loads(result.stdout) == [{"role": "user", "content": "from the test"}]
+
+
+def test_history_readable_raw_and_at(seeded: tuple[str, str]) -> None:
+    url, conv = seeded
+    text = chatledger("history", conv, "--tenant", "cli", url=url).stdout
+    assert "user: hello cli" in text and "assistant: hi there" in text
+    at = chatledger("history", conv, "--tenant", "cli", "--at", "2", "--raw", "--json", url=url)
+    assert [m["content"] for m in json.loads(at.stdout)] == ["hello cli"]
+
+
+def test_fork_prints_the_new_conversation(seeded: tuple[str, str]) -> None:
+    url, conv = seeded
+    result = chatledger("fork", conv, "--tenant", "cli", "--at", "2", "--json", url=url)
+    fork_id = json.loads(result.stdout)["id"]
+    history = chatledger("history", fork_id, "--tenant", "cli", "--json", url=url)
+    assert [m["content"] for m in json.loads(history.stdout)] == ["hello cli"]
+
+
+def test_runs_lists_and_filters(seeded: tuple[str, str]) -> None:
+    url, conv = seeded
+    with Store.open(url) as store:
+        ledger = store.tenant("cli")
+        cursor = ledger.start_run(conv, owner="t")
+        ledger.fail_run(cursor, stage="model", error="x", attention="look at me")
+    rows = json.loads(
+        chatledger("runs", "--tenant", "cli", "--attention", "--json", url=url).stdout
+    )
+    assert [r["id"] for r in rows] == [cursor.run_id]
+    assert rows[0]["attention"] == "look at me"
+    table = chatledger("runs", "--tenant", "cli", "--status", "failed", url=url).stdout
+    assert cursor.run_id in table and "STATUS" in table
+
+
+def test_rebuild_reports_views(seeded: tuple[str, str]) -> None:
+    url, _ = seeded
+    result = chatledger("rebuild", url=url)
+    assert result.returncode == 0 and "Rebuilt" in result.stdout
+
+
+def test_resume_once_with_nothing_to_do(seeded: tuple[str, str]) -> None:
+    url, _ = seeded
+    result = chatledger("resume", "--agent", "tests.agent.cli_agent:agent", "--once", url=url)
+    assert result.returncode == 0, result.stderr
+    assert "No crashed runs" in result.stdout
+
+
+def test_chat_without_credentials_says_what_to_set(tmp_path: Path) -> None:
+    env = {"OPENAI_API_KEY": "", "OPENAI_BASE_URL": ""}
+    line = one_line_error(chatledger("chat", url=f"sqlite:///{tmp_path / 'c.db'}", env=env))
+    assert "OPENAI_API_KEY" in line
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["history", "not-an-id"],
+        ["resume", "--agent", "no_colon"],
+        ["resume", "--agent", "missing.module:agent"],
+        ["history", "01900000-0000-7000-8000-000000000000", "--at", "yesterday"],
+    ],
+)
+def test_bad_arguments_give_one_clear_line(tmp_path: Path, args: list[str]) -> None:
+    url = f"sqlite:///{tmp_path / 'b.db'}"
+    chatledger("migrate", url=url)
+    one_line_error(chatledger(*args, url=url))
+
+
+def test_unmigrated_database_gives_one_clear_line(tmp_path: Path) -> None:
+    line = one_line_error(chatledger("runs", url=f"sqlite:///{tmp_path / 'new.db'}"))
+    assert "chatledger migrate" in line
+
+
+def test_unreachable_database_gives_one_clear_line() -> None:
+    url = "postgresql+psycopg://nobody@127.0.0.1:1/none"
+    line = one_line_error(chatledger("runs", url=url))
+    assert line.startswith("chatledger: error:")
+
+
+def test_argparse_errors_exit_non_zero() -> None:
+    result = chatledger("runs", "--status", "sideways")
+    assert result.returncode == 2 and "invalid choice" in result.stderr
