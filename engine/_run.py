@@ -195,6 +195,9 @@ class Run:
         self.instructions = await self.agent.resolve_instructions(
             RunContext(self.run_id, self.conversation_id, self.prompt)
         )
+        # The prompt is recorded with run.started, in one transaction, so a
+        # run never exists without the prompt it answers.
+        self.prompt_message = self._stamp(Message(role="user", content=self.prompt))
         self.cursor = await self._ledger(
             "start_run",
             self.conversation_id,
@@ -203,6 +206,7 @@ class Run:
             model=self.agent.model.name,
             instructions_digest=self.agent.digest(self.instructions),
             lease_seconds=self.lease_seconds,
+            events=[NewEvent.of_message(self.prompt_message, origin="client")],
         )
 
     async def _open_resume(self) -> None:
@@ -237,14 +241,10 @@ class Run:
         assert self.cursor is not None
         at = Position(self.cursor.branch_id, self.cursor.position)
         replayed = await self._ledger("history", self.conversation_id, at=at, repaired=False)
-        if self.resumes is None:
-            prompt = self._stamp(Message(role="user", content=self.prompt))
-            await self._record([NewEvent.of_message(prompt, origin="client")], turns=False)
-            replayed.append(prompt)
-        else:
-            # The failed run's prompt and turns are already in the replayed
-            # history; repair answers its dangling calls so the model may call again.
-            prompt = next(m for m in reversed(replayed) if m.role == "user")
+        # The prompt is the last user message of the run's own lineage: the one
+        # recorded with run.started, or for a resume the failed run's (whose
+        # dangling calls repair answers, so the model may call again).
+        prompt = next(m for m in reversed(replayed) if m.role == "user")
         self.prompt_message = prompt
         hits: list[Hit] = []
         if self.agent.retriever is not None:
@@ -422,7 +422,16 @@ class Run:
         """Record the failure and build the RunError with the partial read from the log."""
         text = str(error) or type(error).__name__
         if self.cursor is None:
-            return self._error(stage, text, None)
+            try:
+                # start_run may have committed although its answer was lost.
+                run = await self.log("run", self.run_id)
+            except ChatledgerError:
+                return self._error(stage, text, None)
+            if run.lease_owner != self.owner:
+                return self._error(stage, text, None)
+            self.cursor = RunCursor(
+                run.id, run.conversation_id, run.branch_id, run.position, self.owner, run.attempt
+            )
         try:
             if canceled:
                 await self._close_unanswered()

@@ -25,7 +25,7 @@ from typing import Literal
 
 from engine._errors import RunError
 from engine.agent import Agent, Result
-from store import Ledger, ResumeConflictError, Run, RunCursor, Store
+from store import LeaseError, Ledger, ResumeConflictError, Run, RunCursor, Store
 
 __all__ = ["ResumeOutcome", "ResumeWorker", "uncertain_tool_calls"]
 
@@ -86,15 +86,28 @@ class ResumeWorker:
         self.protected_tools = frozenset(protected_tools)
 
     async def run_once(self, limit: int = 10) -> list[ResumeOutcome]:
-        """Claim up to `limit` stale runs and handle each; return what happened."""
-        claimed = await asyncio.to_thread(
-            self.store.claim_stale_runs,
-            owner=self.owner,
-            limit=limit,
-            lease_seconds=self.lease_seconds,
-            max_attempts=self.max_attempts,
-        )
-        return [await self._handle(run, cursor) for run, cursor in claimed]
+        """Handle up to `limit` stale runs, claiming one at a time; return what happened.
+
+        One at a time, so a claim's lease never runs out while it waits behind
+        the others (and other workers share the backlog).
+        """
+        outcomes = []
+        for _ in range(limit):
+            claimed = await asyncio.to_thread(
+                self.store.claim_stale_runs,
+                owner=self.owner,
+                limit=1,
+                lease_seconds=self.lease_seconds,
+                max_attempts=self.max_attempts,
+            )
+            if not claimed:
+                break
+            ((run, cursor),) = claimed
+            try:
+                outcomes.append(await self._handle(run, cursor))
+            except LeaseError as error:
+                outcomes.append(ResumeOutcome(run.id, run.conversation_id, "skipped", str(error)))
+        return outcomes
 
     async def serve(self, *, poll_seconds: float = 1.0, stop: asyncio.Event | None = None) -> None:
         """Keep claiming and resuming until `stop` is set."""

@@ -28,14 +28,15 @@ class Pairing:
     """Which tool message answers which call, for one message list.
 
     Calls with an id are numbered in order of appearance; the per-call facts
-    are flat lists indexed by that number. Flat lists of ints rather than an
-    object per turn or per call: a long history would otherwise allocate
-    several objects per call, and the allocator and garbage collector make
-    that cost grow faster than the history.
+    are flat lists indexed by that number, rather than an object per turn or
+    per call: on a long history, allocating several objects per call was a
+    measurable share of the time.
     """
 
     calls: list[ToolCall] = field(default_factory=list)
     """Every call with an id, in order of appearance."""
+    ids: list[str] = field(default_factory=list)
+    """Per call: its id."""
     answered: list[bool] = field(default_factory=list)
     """Per call: whether a result answers it."""
     turns: dict[int, tuple[int, int]] = field(default_factory=dict)
@@ -125,6 +126,7 @@ def pair(messages: Sequence[Message], *, detect_truncated: bool = True) -> Pairi
                 below.setdefault(call_id, []).append(opened)
             top[call_id] = len(calls)
             calls.append(call)
+            pairing.ids.append(call_id)
             answered.append(False)
             call_turn.append(index)
         if len(calls) > first:
@@ -157,9 +159,8 @@ def assemble(messages: Sequence[Message], pairing: Pairing) -> tuple[list[Messag
         copied = turn + 1
         for number in range(*numbers):
             if not answered[number]:
-                call = calls[number]
-                out.append(no_result(call))
-                synthesized.append(call.id or "")
+                out.append(no_result(calls[number]))
+                synthesized.append(pairing.ids[number])
         out.extend(messages[result] for result in results.get(turn, ()))
     for tool in tools[next_tool:]:
         out.extend(messages[copied:tool])
@@ -180,7 +181,7 @@ def is_truncated(call: ToolCall) -> bool:
 
     Detection only: the arguments are never rewritten.
     """
-    # "{}" is by far the most common value: skip parsing it.
+    # Calls without arguments are common: no need to parse their "{}".
     return call.arguments != "{}" and call.arguments_object() is None
 
 

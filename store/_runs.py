@@ -128,8 +128,12 @@ def start_run(
     instructions_digest: str | None,
     owner: str,
     lease_seconds: float,
+    initial: Sequence[tuple[NewEvent, str]] = (),
 ) -> RunCursor:
     """Open a run at `base` (default: the head) and record `run.started`.
+
+    `initial` events (the run's prompt) are recorded right after it, in the
+    same transaction: a run never exists without its prompt.
 
     A base at its branch's tip is appended to directly; any other base opens
     a new branch. A resume always opens a `resume` branch, and the unique key
@@ -172,12 +176,12 @@ def start_run(
         "model": model,
         "resumes": resumes,
     }
-    (started,) = _log.insert_events(
+    started = _log.insert_events(
         conn,
         conv.id,
         branch_id,
         position + 1,
-        [(NewEvent("run.started", payload), _log.canonical_json(payload))],
+        [(NewEvent("run.started", payload), _log.canonical_json(payload)), *initial],
         run_id=run_id,
     )
     conn.execute(
@@ -186,7 +190,7 @@ def start_run(
             conversation_id=conv.id,
             tenant=tenant,
             branch_id=branch_id,
-            position=started.position,
+            position=started[-1].position,
             base_branch_id=point.branch_id,
             base_position=point.position,
             head_branch_id=head_at_start.branch_id,
@@ -203,7 +207,7 @@ def start_run(
             started_at=db_now(conn),
         )
     )
-    return RunCursor(run_id, conv.id, branch_id, started.position, owner, 1)
+    return RunCursor(run_id, conv.id, branch_id, started[-1].position, owner, 1)
 
 
 def _fence(
@@ -226,10 +230,14 @@ def _fence(
     if result.rowcount == 1:
         return
     run = get_run(conn, tenant, cursor.run_id)
-    if run.status != "running":
+    if run.attempt != cursor.attempt:
+        # A zombie: another claim took the run over (and may have ended it).
+        holder = f"worker '{run.lease_owner}'" if run.lease_owner else "no worker (it has ended)"
+        reason = f"it is at attempt {run.attempt}, {run.status}, held by {holder}"
+    elif run.status != "running":
         raise RunStateError(run_id=run.id, status=run.status, wanted="record events or end")
-    if run.attempt != cursor.attempt or run.lease_owner != cursor.owner:
-        reason = f"worker '{run.lease_owner}' holds it at attempt {run.attempt}"
+    elif run.lease_owner != cursor.owner:
+        reason = f"worker '{run.lease_owner}' holds it"
     elif run.position != cursor.position:
         raise ConflictError(
             f"Run '{run.id}' is at position {run.position}, but the append expected "

@@ -178,11 +178,14 @@ class _Ops:
             ),
         )
 
-    def start_run(self, conversation_id: str, **options: Any) -> Op[RunCursor]:
+    def start_run(
+        self, conversation_id: str, events: Sequence[NewEvent], **options: Any
+    ) -> Op[RunCursor]:
+        initial = _log.encode_events(events)
         return Op(
             f"starting a run on conversation '{conversation_id}'",
             True,
-            lambda c: _runs.start_run(c, self.tenant, conversation_id, **options),
+            lambda c: _runs.start_run(c, self.tenant, conversation_id, initial=initial, **options),
         )
 
     def record(
@@ -488,11 +491,16 @@ class Ledger:
         model: str | None = None,
         instructions_digest: str | None = None,
         lease_seconds: float = 60.0,
+        events: Sequence[NewEvent] = (),
     ) -> RunCursor:
-        """Start a run at `base` (default the head), leased to `owner`."""
+        """Start a run at `base` (default the head), leased to `owner`.
+
+        `events` (the run's prompt) are recorded with `run.started`, atomically.
+        """
         return self._store.execute(
             self._ops.start_run(
                 conversation_id,
+                events,
                 run_id=run_id,
                 base=base,
                 resumes=resumes,
@@ -767,11 +775,13 @@ class AsyncLedger:
         model: str | None = None,
         instructions_digest: str | None = None,
         lease_seconds: float = 60.0,
+        events: Sequence[NewEvent] = (),
     ) -> RunCursor:
         """See `Ledger.start_run`."""
         return await self._store.execute(
             self._ops.start_run(
                 conversation_id,
+                events,
                 run_id=run_id,
                 base=base,
                 resumes=resumes,

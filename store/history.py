@@ -20,18 +20,16 @@ a new list). Each runs in time linear in the length of the history.
 
 from __future__ import annotations
 
-import importlib
-import json
-import math
+import reprlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 from urllib.parse import urlsplit
 
 from store import _repair
 from store._errors import HistoryError, InvalidInputError
+from store._tokens import approximate_tokens, tiktoken_counter
 from store.ids import new_id
-from store.messages import Message, TextPart, ThinkingPart, UrlPart
+from store.messages import Message, UrlPart
 
 __all__ = [
     "HistoryProcessor",
@@ -54,7 +52,16 @@ HistoryProcessor = Callable[[list[Message]], list[Message]]
 
 @dataclass(frozen=True)
 class HistoryRepair:
-    """What `normalize_history` changed. Every index refers to the caller's list."""
+    """What `normalize_history` changed. Every index refers to the caller's list.
+
+    Attributes:
+        synthesized: Ids of the calls that got a synthesized result, in order.
+        dropped: Indexes of the tool messages dropped: results without a call
+            (or placed before it) and duplicates.
+        moved: Indexes of the real results moved up into their call's block.
+        truncated: Ids of the calls whose arguments are not a JSON object, in
+            order of appearance (detection only; listed on every pass).
+    """
 
     synthesized: list[str] = field(default_factory=list)
     dropped: list[int] = field(default_factory=list)
@@ -64,7 +71,13 @@ class HistoryRepair:
 
 @dataclass(frozen=True)
 class UnsafePart:
-    """A part `sanitize_history` dropped."""
+    """A part `sanitize_history` dropped.
+
+    Attributes:
+        message_index: The index of its message in the caller's list.
+        kind: The part's kind (`url`).
+        scheme: The URL's scheme, lowercased; `""` when it has none or does not parse.
+    """
 
     message_index: int
     kind: str
@@ -73,7 +86,14 @@ class UnsafePart:
 
 @dataclass(frozen=True)
 class SanitizeReport:
-    """What `sanitize_history` changed."""
+    """What `sanitize_history` changed.
+
+    Attributes:
+        system_prompts: How many system messages were dropped.
+        unsafe_parts: The parts dropped, in order.
+        repair: What the pairing repair changed; its indexes refer to the
+            caller's list too.
+    """
 
     system_prompts: int = 0
     unsafe_parts: list[UnsafePart] = field(default_factory=list)
@@ -156,53 +176,45 @@ def sanitize_history(messages: Sequence[Message]) -> tuple[list[Message], Saniti
         its message in `messages`), and the `HistoryRepair` of the final pass,
         whose indexes also refer to `messages`.
     """
-    # Passes that remove messages also return the positions they removed, so
-    # that the reports of later passes can be mapped back to the caller's
-    # indexes (`_restore`). Removed positions rather than a full index map:
-    # on a long history, a map costs an int object per message.
-    kept, system = _drop_system(messages)
-    kept, unsafe, emptied = _drop_unsafe_urls(kept)
-    kept = _without(kept, emptied)
+    system, unsafe, replaced, emptied = _screen(messages)
+    # Timsort merges the two ascending runs in linear time.
+    removed = sorted(system + emptied)
+    kept = _without(messages, removed, replaced)
     repaired, repair = normalize_history(kept)
-
-    def to_callers(positions: list[int]) -> list[int]:
-        return _restore(_restore(positions, emptied), system)
-
-    # Unsafe parts were found before the emptied users left.
-    unsafe_at = _restore([position for position, _ in unsafe], system)
     return repaired, SanitizeReport(
         system_prompts=len(system),
-        unsafe_parts=[
-            UnsafePart(message_index=index, kind="url", scheme=scheme)
-            for index, (_, scheme) in zip(unsafe_at, unsafe, strict=True)
-        ],
+        unsafe_parts=unsafe,
         repair=HistoryRepair(
             synthesized=repair.synthesized,
-            dropped=to_callers(repair.dropped),
-            moved=to_callers(repair.moved),
+            dropped=_restore(repair.dropped, removed),
+            moved=_restore(repair.moved, removed),
             truncated=repair.truncated,
         ),
     )
 
 
-def _drop_system(messages: Sequence[Message]) -> tuple[list[Message], list[int]]:
-    """Drop system messages: instructions come from the agent, never from history."""
-    system = [index for index, message in enumerate(messages) if message.role == "system"]
-    return _without(messages, system), system
+def _screen(
+    messages: Sequence[Message],
+) -> tuple[list[int], list[UnsafePart], dict[int, Message], list[int]]:
+    """Find the system messages and the `url` parts that are not http(s).
 
-
-def _drop_unsafe_urls(
-    messages: list[Message],
-) -> tuple[list[Message], list[tuple[int, str]], list[int]]:
-    """Drop `url` parts that are not http(s).
-
-    Returns the messages, the position and scheme of each dropped part, and
-    the positions of the user messages the drops left empty.
+    Returns, with indexes into `messages`: the system messages, which go
+    (instructions come from the agent, never from supplied history); the unsafe
+    parts; each message that loses parts, with those parts dropped; and the
+    user messages that the drops leave empty, which go too. A user message
+    that arrived empty is the caller's to keep, and tool results always stay,
+    since their call needs them.
     """
-    unsafe: list[tuple[int, str]] = []
+    # One loop that only reads: on a long history, every pass over the
+    # messages costs a cache miss per message, as much as the work itself.
+    system: list[int] = []
+    unsafe: list[UnsafePart] = []
+    replaced: dict[int, Message] = {}
     emptied: list[int] = []
-    out = messages
-    for position, message in enumerate(messages):
+    for index, message in enumerate(messages):
+        if message.role == "system":
+            system.append(index)
+            continue
         if not message.parts:
             continue
         parts = []
@@ -210,19 +222,15 @@ def _drop_unsafe_urls(
             if isinstance(part, UrlPart):
                 scheme = _scheme(part.url)
                 if scheme not in _SAFE_SCHEMES:
-                    unsafe.append((position, scheme))
+                    unsafe.append(UnsafePart(message_index=index, kind="url", scheme=scheme))
                     continue
             parts.append(part)
         if len(parts) == len(message.parts):
             continue
-        if out is messages:
-            out = list(messages)
-        out[position] = message.model_copy(update={"parts": parts})
-        # Only a user message the drops emptied goes: one that arrived empty is
-        # the caller's to keep. Tool results always stay (their call needs them).
+        replaced[index] = message.model_copy(update={"parts": parts})
         if message.role == "user" and not message.content and not parts:
-            emptied.append(position)
-    return out, unsafe, emptied
+            emptied.append(index)
+    return system, unsafe, replaced, emptied
 
 
 def _scheme(url: str) -> str:
@@ -234,15 +242,24 @@ def _scheme(url: str) -> str:
         return ""
 
 
-def _without(messages: Sequence[Message], positions: list[int]) -> list[Message]:
-    """`messages` without the ascending `positions`, copied as slices between them."""
-    out: list[Message] = []
+def _without(
+    messages: Sequence[Message], removed: list[int], replaced: dict[int, Message]
+) -> list[Message]:
+    """`messages` without the ascending `removed` indexes, and with `replaced` swapped in."""
+    # Copied as slices between the removed ones: the messages themselves are
+    # not visited again.
+    out = list(messages)
+    for index, message in replaced.items():
+        out[index] = message
+    if not removed:
+        return out
+    kept: list[Message] = []
     start = 0
-    for position in positions:
-        out.extend(messages[start:position])
-        start = position + 1
-    out.extend(messages[start:])
-    return out
+    for index in removed:
+        kept.extend(out[start:index])
+        start = index + 1
+    kept.extend(out[start:])
+    return kept
 
 
 def _restore(positions: list[int], removed: list[int]) -> list[int]:
@@ -347,102 +364,13 @@ def budget_history(counter: Callable[[Message], int] | None, max_tokens: int) ->
         cut = _repair.cut_point(history, start)
         if cut is None:
             raise HistoryError(
-                f"The newest messages of a history of {len(history)} messages that fit in "
-                f"{max_tokens} tokens include no user message to start a request from. Raise "
-                f"max_tokens so that the budget reaches back to a user message."
+                f"Fitting a history of {len(history)} messages into {max_tokens} tokens left "
+                f"no user message to start a request from. Raise max_tokens so that the "
+                f"budget reaches back to a user message."
             )
         return history[cut:]
 
     return budget
-
-
-def approximate_tokens(message: Message) -> int:
-    """Estimate the tokens of a message: a quarter of its JSON length, rounded up.
-
-    Cheap and dependency-free; good enough to keep a history within a budget
-    with some margin. At least 1 for any message.
-
-    Args:
-        message: The message to count.
-
-    Returns:
-        The estimate.
-    """
-    try:
-        text = message.model_dump_json(exclude_defaults=True)
-    except ValueError:
-        # Text pydantic cannot encode as UTF-8 (lone surrogates); json escapes it.
-        text = json.dumps(message.model_dump(mode="json", exclude_defaults=True))
-    return max(1, math.ceil(len(text) / 4))
-
-
-def tiktoken_counter(encoding: str = "o200k_base") -> Callable[[Message], int]:
-    """Build a token counter that uses a tiktoken encoding.
-
-    It counts the text the model reads (content, text and thinking parts, URLs,
-    tool names and call arguments) exactly, adds a small fixed overhead per
-    message for the role and framing, and estimates parts with no text (inline
-    data, unknown kinds) as `approximate_tokens` does.
-
-    tiktoken is optional: install it with `pip install tiktoken`. It may
-    download the encoding's file the first time an encoding is used.
-
-    Args:
-        encoding: The tiktoken encoding name, e.g. `o200k_base` or `cl100k_base`.
-
-    Returns:
-        A counter for `budget_history`.
-
-    Raises:
-        InvalidInputError: tiktoken is not installed, or does not know `encoding`.
-    """
-    try:
-        # Imported by name so that tiktoken stays optional, for mypy too.
-        tiktoken: Any = importlib.import_module("tiktoken")
-    except ImportError as exc:
-        raise InvalidInputError(
-            "tiktoken_counter needs the tiktoken package, which is not installed. Install it "
-            "with `pip install tiktoken`, or pass counter=None to use the approximate counter."
-        ) from exc
-    try:
-        encoder = tiktoken.get_encoding(encoding)
-    except ValueError as exc:
-        raise InvalidInputError(
-            f"tiktoken does not know the encoding {encoding!r}: {exc}. Pass one of "
-            f"{', '.join(tiktoken.list_encoding_names())}."
-        ) from exc
-
-    def count(message: Message) -> int:
-        texts, estimate = _readable_text(message)
-        # disallowed_special=(): text that looks like a special token is counted
-        # as ordinary text instead of raising.
-        tokens = sum(len(encoder.encode(text, disallowed_special=())) for text in texts)
-        return _MESSAGE_OVERHEAD + tokens + estimate
-
-    return count
-
-
-# Tokens a chat format spends on each message's role and delimiters (OpenAI's
-# published rule of thumb).
-_MESSAGE_OVERHEAD = 4
-
-
-def _readable_text(message: Message) -> tuple[list[str], int]:
-    """The texts of a message a tokenizer can count, and an estimate for the rest."""
-    texts = [message.role, message.content]
-    estimate = 0
-    for part in message.parts:
-        if isinstance(part, TextPart | ThinkingPart):
-            texts.append(part.text)
-        elif isinstance(part, UrlPart):
-            texts.append(part.url)
-        else:
-            estimate += max(1, math.ceil(len(part.model_dump_json()) / 4))
-    for call in message.tool_calls:
-        texts.extend((call.name, call.arguments))
-    if message.tool_name:
-        texts.append(message.tool_name)
-    return texts, estimate
 
 
 # --- identity and flat history ---------------------------------------------------------
@@ -498,7 +426,7 @@ def from_pairs(pairs: Iterable[tuple[str, str]]) -> list[Message]:
             and isinstance(pair[1], str)
         ):
             raise InvalidInputError(
-                f"History pair {position} is {pair!r}, which is not a (role, text) pair of "
+                f"History pair {position} is {reprlib.repr(pair)}, which is not a (role, text) pair of "
                 f"strings. Pass pairs such as ('user', 'Hello') or ('assistant', 'Hi!')."
             )
         role, text = pair

@@ -25,7 +25,7 @@ from store import (
 )
 from tests.agent.helpers import weather_agent, weather_script
 
-RECORDS_IN_A_CLEAN_RUN = 8  # prompt, 2 x (requested, responded), started, 2 x finished
+RECORDS_IN_A_CLEAN_RUN = 7  # 2 x (requested, responded), started, 2 x finished
 
 
 class FaultyLedger:
@@ -98,12 +98,18 @@ def test_store_failure_at_every_append(ledger: Ledger, n: int, when: str) -> Non
     check_failed_run(ledger, conversation_id, head, caught.value)
 
 
-def test_store_failure_before_completion(ledger: Ledger) -> None:
+@pytest.mark.parametrize(
+    ("method", "when"),
+    [("start_run", "before"), ("start_run", "after"), ("complete_run", "before")],
+)
+def test_store_failure_starting_or_completing(ledger: Ledger, method: str, when: str) -> None:
     conversation_id, head = fresh_conversation(ledger)
     with pytest.raises(RunError) as caught:
-        weather_agent().run(
-            FaultyLedger(ledger, "complete_run", 1, "before"), "Weather?", conversation_id
-        )
+        weather_agent().run(FaultyLedger(ledger, method, 1, when), "Weather?", conversation_id)
+    if (method, when) == ("start_run", "before"):
+        assert ledger.runs(conversation_id=conversation_id) == []
+        assert caught.value.partial is None
+        return
     check_failed_run(ledger, conversation_id, head, caught.value)
 
 

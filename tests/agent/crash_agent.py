@@ -1,0 +1,109 @@
+"""Agents for the crash tests, importable by child processes and by `chatledger resume`.
+
+Tools take a little time, and every execution is appended to the file named by
+CHATLEDGER_TEST_EXECUTIONS (one line: conversation, call id, city, run id), so
+a test can prove no tool was re-executed once its result was recorded.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+import time
+from typing import Any
+
+from engine import Agent, ModelRequest, RunContext, tool
+from engine.providers.scripted import ScriptedModel
+from store import Ledger, Message, Store, ToolCall
+
+CITIES = ("Oslo", "Lima", "Cairo")
+PROMPT = "Weather in Oslo, Lima and Cairo?"
+NO_RESULT = "No result was recorded"
+
+
+def script(request: ModelRequest) -> Message | str:
+    """Call one tool per city; call again for a city whose result is missing."""
+    last_user = max(i for i, m in enumerate(request.messages) if m.role == "user")
+    results = [m for m in request.messages[last_user:] if m.role == "tool"]
+    if not results:
+        return Message(
+            role="assistant",
+            tool_calls=[
+                ToolCall(id=f"{c.lower()}-1", name="weather", arguments={"city": c}) for c in CITIES
+            ],
+        )
+    done = {m.content.split(":")[0] for m in results if not m.content.startswith(NO_RESULT)}
+    missing = [c for c in CITIES if c not in done]
+    if missing:
+        attempt = len(results)
+        return Message(
+            role="assistant",
+            tool_calls=[
+                ToolCall(id=f"{c.lower()}-{attempt}", name="weather", arguments={"city": c})
+                for c in missing
+            ],
+        )
+    return "Summary: " + "; ".join(
+        sorted(m.content for m in results if not m.content.startswith(NO_RESULT))
+    )
+
+
+_context: dict[str, str] = {}
+
+
+def _remember(context: RunContext) -> str:
+    _context["run_id"] = context.run_id
+    _context["conversation_id"] = context.conversation_id
+    return ""
+
+
+@tool
+def weather(city: str) -> str:
+    """The weather in a city, from a slow service."""
+    path = os.environ.get("CHATLEDGER_TEST_EXECUTIONS")
+    if path:
+        line = f"{_context.get('conversation_id')} {city} {_context.get('run_id')}\n"
+        with open(path, "a") as log:
+            log.write(line)
+            log.flush()
+            os.fsync(log.fileno())
+    if os.environ.get("CHATLEDGER_TEST_HANG") == city:
+        time.sleep(3600)
+    time.sleep(random.uniform(0.05, 0.3))
+    return f"{city}: fine"
+
+
+agent = Agent(ScriptedModel(script), instructions_fn=_remember, tools=[weather])
+
+
+class AckingLedger:
+    """A real ledger that prints the seq of every event it acknowledges."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self._ledger = ledger
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ledger, name)
+
+    def record(self, *args: Any, **kwargs: Any) -> Any:
+        events, cursor = self._ledger.record(*args, **kwargs)
+        print("ack " + " ".join(str(e.seq) for e in events), flush=True)
+        return events, cursor
+
+
+def main(url: str, tenant: str, conversation_id: str, lease_seconds: str) -> None:
+    with Store.open(url) as store:
+        ledger = AckingLedger(store.tenant(tenant))
+        agent.run(
+            ledger,
+            PROMPT,
+            conversation_id,
+            owner=f"child-{os.getpid()}",
+            lease_seconds=float(lease_seconds),
+        )
+    print("completed", flush=True)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:5])

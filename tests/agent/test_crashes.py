@@ -1,0 +1,175 @@
+"""Real crashes: agent processes killed with SIGKILL, then resumed by workers.
+
+CHATLEDGER_CRASH_TRIALS (default 50) trials per backend. Each starts a real
+agent process, kills it at a random moment of its run, and after all are
+dead a resume worker finishes every crashed run. Every trial must end with
+its conversation completed exactly once, no acknowledged event lost, a head
+history the strict provider server accepts, and no tool re-executed whose
+result was recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from engine import ModelRequest
+from engine.providers.anthropic import AnthropicModel
+from engine.providers.openai import OpenAIChatModel
+from engine.resume import ResumeWorker
+from store import Ledger, Store
+from tests.agent import crash_agent
+from tests.providers.strict_rules import check_anthropic, check_openai
+
+TRIALS = int(os.environ.get("CHATLEDGER_CRASH_TRIALS", "50"))
+PARALLEL = 6
+LEASE = 0.5
+
+
+@dataclass
+class Trial:
+    conversation_id: str
+    process: subprocess.Popen[str]
+    acked: list[int]
+
+
+def executions(path: Path) -> list[tuple[str, str, str]]:
+    if not path.exists():
+        return []
+    return [tuple(line.split()) for line in path.read_text().splitlines()]  # type: ignore[misc]
+
+
+def run_trials(url: str, ledger: Ledger, exec_log: Path) -> list[Trial]:
+    env = {**os.environ, "CHATLEDGER_TEST_EXECUTIONS": str(exec_log), "PYTHONUNBUFFERED": "1"}
+    trials: list[Trial] = []
+    rng = random.Random(int(os.environ.get("CHATLEDGER_CRASH_SEED", "7")))
+    for start in range(0, TRIALS, PARALLEL):
+        batch = []
+        for _ in range(min(PARALLEL, TRIALS - start)):
+            conv = ledger.create_conversation()
+            process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "tests.agent.crash_agent",
+                    url,
+                    ledger.tenant,
+                    conv.id,
+                    str(LEASE),
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+            )
+            batch.append(Trial(conv.id, process, []))
+        kills = []
+        waiting = list(batch)
+        deadline = time.monotonic() + 60
+        while waiting:
+            assert time.monotonic() < deadline, "agent processes never started their runs"
+            for trial in list(waiting):
+                if ledger.runs(conversation_id=trial.conversation_id):
+                    # The random moment of the kill, counted from when its run began.
+                    kills.append((time.monotonic() + rng.uniform(0, 0.4), trial))
+                    waiting.remove(trial)
+                else:
+                    assert trial.process.poll() is None, "an agent process died on its own"
+        for moment, trial in sorted(kills, key=lambda k: k[0]):
+            time.sleep(max(0.0, moment - time.monotonic()))
+            if trial.process.poll() is None:
+                os.kill(trial.process.pid, signal.SIGKILL)
+        for trial in batch:
+            out, _ = trial.process.communicate(timeout=60)
+            for line in out.splitlines():
+                if line.startswith("ack "):
+                    trial.acked += [int(s) for s in line.split()[1:]]
+        trials += batch
+    return trials
+
+
+async def resume_all(worker: ResumeWorker, ledger: Ledger, conversations: list[str]) -> None:
+    deadline = time.monotonic() + 120
+    while any(ledger.runs(conversation_id=c, status="running") for c in conversations):
+        assert time.monotonic() < deadline, "crashed runs were not all resumed"
+        if not await worker.run_once(limit=100):
+            await asyncio.sleep(0.05)  # leases expire on the database's clock
+
+
+def strict_providers_accept(history: list) -> None:  # type: ignore[type-arg]
+    request = ModelRequest(messages=history)
+    openai = OpenAIChatModel("gpt-test", api_key="k", base_url="http://127.0.0.1:9/v1")
+    body = json.loads(openai.prepare(request).body)
+    assert check_openai({"authorization": "Bearer k"}, body, "k") is None
+    anthropic = AnthropicModel("claude-test", api_key="k", base_url="http://127.0.0.1:9")
+    body = json.loads(anthropic.prepare(request).body)
+    assert check_anthropic({"x-api-key": "k", "anthropic-version": "2023-06-01"}, body, "k") is None
+
+
+@pytest.fixture
+def exec_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    path = tmp_path / "executions.log"
+    monkeypatch.setenv("CHATLEDGER_TEST_EXECUTIONS", str(path))
+    yield path
+
+
+@pytest.mark.slow
+def test_killed_agents_are_resumed_exactly_once(
+    database_url: str, store: Store, ledger: Ledger, exec_log: Path
+) -> None:
+    trials = run_trials(database_url, ledger, exec_log)
+    conversations = [t.conversation_id for t in trials]
+    worker = ResumeWorker(crash_agent.agent, store, owner="crash-test-worker", lease_seconds=5)
+    asyncio.run(resume_all(worker, ledger, conversations))
+
+    ran = executions(exec_log)
+    crashed = [
+        t
+        for t in trials
+        if any(r.stage == "crashed" for r in ledger.runs(conversation_id=t.conversation_id))
+    ]
+    assert len(crashed) >= len(trials) // 2, "most trials must really crash mid-run"
+    for trial in trials:
+        conv = trial.conversation_id
+        runs = ledger.runs(conversation_id=conv)
+        completed = [r for r in runs if r.status == "completed"]
+        assert len(completed) == 1, f"{conv}: {[(r.status, r.stage) for r in runs]}"
+        history = ledger.history(conv)
+        assert [m.content for m in history].count(crash_agent.PROMPT) == 1
+        assert history[-1].role == "assistant" and history[-1].content.startswith("Summary: ")
+        assert sorted(history[-1].content.removeprefix("Summary: ").split("; ")) == [
+            "Cairo: fine",
+            "Lima: fine",
+            "Oslo: fine",
+        ]
+        logged = {e.seq for e in ledger.events(conversation_id=conv)}
+        assert set(trial.acked) <= logged, "an acknowledged event was lost"
+        strict_providers_accept(history)
+        # No tool re-executed whose result was recorded: a city answered in one
+        # run is never executed again by a later run of the chain.
+        by_run: dict[str, set[str]] = {}
+        for run in runs:
+            by_run[run.id] = {
+                e.message.content.split(":")[0]
+                for e in ledger.events(run_id=run.id)
+                if e.message is not None
+                and e.message.role == "tool"
+                and e.origin == "run"
+                and not e.message.content.startswith(crash_agent.NO_RESULT)
+            }
+        chain = sorted(runs, key=lambda r: r.started_at)
+        for i, run in enumerate(chain):
+            answered_before = set().union(*(by_run[r.id] for r in chain[:i]))
+            again = {city for c, city, run_id in ran if c == conv and run_id == run.id}
+            assert not again & answered_before, f"{conv}: re-executed {again & answered_before}"
