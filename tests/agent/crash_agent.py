@@ -70,6 +70,11 @@ def weather(city: str) -> str:
             os.fsync(log.fileno())
     if os.environ.get("CHATLEDGER_TEST_HANG") == city:
         time.sleep(3600)
+    if os.environ.get("CHATLEDGER_TEST_EXIT") == city:
+        os._exit(9)  # the worker process dies in the middle of the resume
+    slow_city, _, seconds = os.environ.get("CHATLEDGER_TEST_SLOW", "").partition(":")
+    if slow_city == city:
+        time.sleep(float(seconds))
     time.sleep(random.uniform(0.05, 0.3))
     return f"{city}: fine"
 
