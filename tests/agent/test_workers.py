@@ -172,7 +172,7 @@ def test_a_paused_worker_cannot_append_after_losing_its_lease(
         taken_over = ledger.events(run_id=resume_run[0])
     finally:
         os.kill(paused.pid, signal.SIGCONT)
-    out, err = paused.communicate(timeout=60)
+    out, _err = paused.communicate(timeout=60)
     assert ledger.events(run_id=resume_run[0]) == taken_over, "the paused worker appended"
     assert completed_once(ledger, conversation_id)
     outcome = json.loads(out.splitlines()[-1])
@@ -184,7 +184,7 @@ def test_a_paused_worker_cannot_append_after_losing_its_lease(
 def test_a_run_crashing_on_every_attempt_is_dead_lettered(
     database_url: str, store: Store, ledger: Ledger
 ) -> None:
-    conversation_id, run_id = crashed_run(ledger)
+    conversation_id, _run_id = crashed_run(ledger)
     wait_until_stale(store)
     # The first resume crashes its worker too: now the chain has crashed twice.
     dying = worker_process(
