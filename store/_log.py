@@ -37,7 +37,6 @@ from store.schema import branches, conversations, events, runs
 __all__ = [
     "MAX_PAYLOAD_CHARS",
     "append_messages",
-    "appendable",
     "branch_tip",
     "create_branch",
     "create_conversation",
@@ -122,6 +121,7 @@ def _conversation(row: Row[Any]) -> Conversation:
         id=m["id"],
         tenant=m["tenant"],
         head=Position(m["head_branch_id"], m["head_position"]),
+        head_open=bool(m["head_open"]),
         created_at=utc(m["created_at"]),
         metadata=json.loads(m["metadata"]),
         forked_from=forked,
@@ -217,6 +217,7 @@ def create_conversation(
             tenant=tenant,
             head_branch_id=branch_id,
             head_position=position,
+            head_open=True,
             created_at=db_now(conn),
             metadata=meta_text,
             forked_from_conversation_id=fork_point.conversation_id if fork_point else None,
@@ -313,27 +314,6 @@ def get_branch(conn: Connection, tenant: str, conversation_id: str, branch_id: s
         resumes_run_id=m["resumes_run_id"],
         created_at=utc(m["created_at"]),
     )
-
-
-def appendable(conn: Connection, conversation_id: str, at: Position) -> bool:
-    """Whether a writer may continue `at.branch_id` directly after `at`.
-
-    Only at the branch's tip, and only when no running run is writing the
-    branch: a run owns its branch until it ends, so nobody else's events can
-    land between its own.
-    """
-    if branch_tip(conn, conversation_id, at.branch_id) != at.position:
-        return False
-    running = conn.execute(
-        sa.select(runs.c.id)
-        .where(
-            runs.c.conversation_id == conversation_id,
-            runs.c.branch_id == at.branch_id,
-            runs.c.status == "running",
-        )
-        .limit(1)
-    ).first()
-    return running is None
 
 
 def branch_tip(conn: Connection, conversation_id: str, branch_id: str) -> int:
@@ -511,7 +491,7 @@ def append_messages(
         )
     branch_id, position = conv.head.branch_id, conv.head.position
     written: list[Event] = []
-    if not appendable(conn, conv.id, conv.head):
+    if not conv.head_open:
         branch_id, created = create_branch(
             conn, conv.id, conv.head, "run", run_id=run_id, origin="client"
         )
@@ -542,10 +522,14 @@ def set_head(
         projector.advance_view(conn, conv.id, [(e.position, e.seq) for e in appended])
     else:
         projector.move_view(conn, conv.id, conv.head, new_head)
+    # Every new head is the tip of a branch no run is writing (the run that
+    # wrote it has just ended), so the next append may continue it in place.
     conn.execute(
         conversations.update()
         .where(conversations.c.id == conv.id)
-        .values(head_branch_id=new_head.branch_id, head_position=new_head.position)
+        .values(
+            head_branch_id=new_head.branch_id, head_position=new_head.position, head_open=True
+        )
     )
 
 
@@ -575,7 +559,7 @@ def move_head(
         )
     target = resolve_position(conn, conv, to)
     branch_id, position = target.branch_id, target.position
-    if not appendable(conn, conv.id, target):
+    if not projector.head_is_open(conn, conv.id, target):
         branch_id, _ = create_branch(conn, conv.id, target, "edit", origin="client")
         position += 1
     payload = {

@@ -43,8 +43,6 @@ class Pairing:
     """Per assistant message with id'd calls (by index): the range of its call numbers."""
     results: dict[int, list[int]] = field(default_factory=dict)
     """Per assistant message (by index): its real results' indexes, in recorded order."""
-    answers: dict[int, int] = field(default_factory=dict)
-    """Per kept tool message (by index): the index of the assistant message it answers."""
     tools: list[int] = field(default_factory=list)
     """Indexes of all tool messages, kept or dropped."""
     dropped: list[int] = field(default_factory=list)
@@ -101,7 +99,6 @@ def pair(messages: Sequence[Message], *, detect_truncated: bool = True) -> Pairi
             answered[number] = True
             pairing.unanswered -= 1
             turn = call_turn[number]
-            pairing.answers[index] = turn
             turn_results = results.get(turn)
             if turn_results is None:
                 results[turn] = [index]
@@ -195,7 +192,11 @@ def cut_point(messages: Sequence[Message], start: int) -> int | None:
     size = len(messages)
     if start >= size:
         return None
-    answers = pair(messages, detect_truncated=False).answers
+    answers = {
+        result: turn
+        for turn, results in pair(messages, detect_truncated=False).results.items()
+        for result in results
+    }
     # earliest[k]: the earliest turn answered by a tool message at start + k or
     # later (size when none). A cut at u is clean when earliest[u - start] >= u.
     earliest = [size] * (size - start + 1)

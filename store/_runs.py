@@ -17,7 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Row
 
-from store import _log
+from store import _log, projector
 from store._dialect import db_now, db_now_plus, is_sqlite
 from store._errors import (
     ConflictError,
@@ -40,7 +40,7 @@ from store._values import (
 )
 from store.ids import new_id
 from store.messages import Usage
-from store.schema import branches, events, runs
+from store.schema import branches, conversations, events, runs
 
 __all__ = [
     "claim_stale_runs",
@@ -154,7 +154,7 @@ def start_run(
     point = _log.resolve_position(conn, conv, base)
     written: list[Event] = []
     branch_id, position = point.branch_id, point.position
-    if resumed is not None or not _log.appendable(conn, conv.id, point):
+    if resumed is not None or not projector.head_is_open(conn, conv.id, point):
         reason: BranchReason = "resume" if resumed is not None else "run"
         try:
             branch_id, created = _log.create_branch(
@@ -207,6 +207,11 @@ def start_run(
             started_at=db_now(conn),
         )
     )
+    if branch_id == conv.head.branch_id:
+        # The run now writes the head's branch: appends must branch off it.
+        conn.execute(
+            conversations.update().where(conversations.c.id == conv.id).values(head_open=False)
+        )
     return RunCursor(run_id, conv.id, branch_id, started[-1].position, owner, 1)
 
 

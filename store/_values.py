@@ -71,6 +71,8 @@ class Conversation:
     created_at: datetime
     metadata: dict[str, Any]
     forked_from: ForkPoint | None = None
+    head_open: bool = field(default=True, repr=False, compare=False)
+    """Whether the next append may continue the head's branch in place."""
 
 
 @dataclass(frozen=True)

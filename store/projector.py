@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from store._values import Position
-from store.schema import branches, conversations, events, view_entries
+from store.schema import branches, conversations, events, runs, view_entries
 
 __all__ = [
     "Segment",
@@ -30,6 +30,7 @@ __all__ = [
     "common_prefix",
     "fill_view",
     "head_at",
+    "head_is_open",
     "lineage",
     "message_payloads",
     "move_view",
@@ -197,9 +198,33 @@ def rebuild_views(
     heads = conn.execute(query).all()
     for done, (conversation_id, branch_id, position) in enumerate(heads, 1):
         _fill_view(conn, conversation_id, lineage(conn, Position(branch_id, position)))
+        conn.execute(
+            conversations.update()
+            .where(conversations.c.id == conversation_id)
+            .values(head_open=head_is_open(conn, conversation_id, Position(branch_id, position)))
+        )
         if progress is not None:
             progress(done, len(heads))
     return len(heads)
+
+
+def head_is_open(conn: Connection, conversation_id: str, head: Position) -> bool:
+    """Whether `head` is its branch's tip and no running run writes that branch."""
+    tip = conn.execute(
+        sa.select(sa.func.max(events.c.position)).where(
+            events.c.conversation_id == conversation_id, events.c.branch_id == head.branch_id
+        )
+    ).scalar_one()
+    busy = conn.execute(
+        sa.select(runs.c.id)
+        .where(
+            runs.c.conversation_id == conversation_id,
+            runs.c.branch_id == head.branch_id,
+            runs.c.status == "running",
+        )
+        .limit(1)
+    ).first()
+    return tip == head.position and busy is None
 
 
 def head_at(conn: Connection, conversation_id: str, when: datetime) -> Position | None:

@@ -50,6 +50,10 @@ conversations = sa.Table(
     sa.Column("tenant", sa.String(200), nullable=False),
     sa.Column("head_branch_id", Id, nullable=False),
     sa.Column("head_position", sa.Integer, nullable=False),
+    # True when the head is the tip of its branch and no run is writing that
+    # branch: the next append continues the branch in place. Kept with the
+    # head, under the conversation's row lock, so an append needs one read.
+    sa.Column("head_open", sa.Boolean, nullable=False),
     sa.Column("created_at", Timestamp, nullable=False),
     sa.Column("metadata", sa.Text, nullable=False),
     sa.Column("forked_from_conversation_id", Id, nullable=True),

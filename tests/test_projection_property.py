@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from store import ChatledgerError, Message, NewEvent, RunCursor, Store, projector
-from store.schema import view_entries
+from store.schema import conversations, view_entries
 
 OPS = st.lists(
     st.tuples(
@@ -24,13 +24,19 @@ OPS = st.lists(
 )
 
 
-def view_rows(conn: sa.Connection, ids: list[str]) -> list[tuple[str, int, int]]:
+def view_rows(conn: sa.Connection, ids: list[str]) -> list[tuple[object, ...]]:
+    """Every materialized row of the conversations' views: entries and head flags."""
     rows = conn.execute(
         sa.select(view_entries.c.conversation_id, view_entries.c.position, view_entries.c.event_seq)
         .where(view_entries.c.conversation_id.in_(ids))
         .order_by(view_entries.c.conversation_id, view_entries.c.position)
     ).all()
-    return [tuple(r) for r in rows]  # type: ignore[misc]
+    flags = conn.execute(
+        sa.select(conversations.c.id, conversations.c.head_open)
+        .where(conversations.c.id.in_(ids))
+        .order_by(conversations.c.id)
+    ).all()
+    return [tuple(r) for r in rows] + [(i, bool(f)) for i, f in flags]
 
 
 def apply(store: Store, ops: list[tuple[str, int]]) -> list[str]:

@@ -73,6 +73,7 @@ def upgrade() -> None:
         sa.Column("tenant", sa.String(length=200), nullable=False),
         sa.Column("head_branch_id", Id, nullable=False),
         sa.Column("head_position", sa.Integer(), nullable=False),
+        sa.Column("head_open", sa.Boolean(), nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("metadata", sa.Text(), nullable=False),
         sa.Column("forked_from_conversation_id", Id, nullable=True),
