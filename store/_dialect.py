@@ -60,7 +60,11 @@ def create_engine(
         engine = sa.create_engine(url, connect_args={"timeout": busy_timeout})
         install_sqlite_hooks(engine, durability=durability, busy_timeout=busy_timeout)
         return engine
-    return sa.create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    # No pre-ping: it would cost a round trip on every operation. A connection
+    # the server dropped fails its operation once (a StorageError, nothing
+    # written) and is replaced; pool_recycle retires connections before
+    # typical idle timeouts close them.
+    return sa.create_engine(url, pool_size=10, max_overflow=20, pool_recycle=1800)
 
 
 def install_sqlite_hooks(

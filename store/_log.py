@@ -16,7 +16,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Row
 
-from store import projector
+from store import _fastpath, projector
 from store._dialect import db_now, for_update
 from store._errors import ConflictError, InvalidInputError, NotFoundError
 from store._values import (
@@ -32,10 +32,11 @@ from store._values import (
 )
 from store.ids import is_id, new_id
 from store.messages import dump_message
-from store.schema import branches, conversations, events, runs
+from store.schema import branches, conversations, events
 
 __all__ = [
     "MAX_PAYLOAD_CHARS",
+    "append_in_place",
     "append_messages",
     "branch_tip",
     "create_branch",
@@ -475,9 +476,11 @@ def append_messages(
     """
     if not encoded:
         raise InvalidInputError("append_messages needs at least one message.")
+    if idempotency_key is not None:
+        check_text(idempotency_key, "idempotency key")
     conv = get_conversation(conn, tenant, conversation_id, lock=True)
     if idempotency_key is not None:
-        replayed = _replayed(conn, conv, check_text(idempotency_key, "idempotency key"), encoded)
+        replayed = _replayed(conn, conv, idempotency_key, encoded)
         if replayed is not None:
             return replayed
     if expected is not None and expected != conv.head.position:
@@ -512,6 +515,69 @@ def append_messages(
     return Appended(conv.id, written, new_head)
 
 
+def append_in_place(
+    conn: Connection,
+    tenant: str,
+    conversation_id: str,
+    encoded: Sequence[tuple[NewEvent, str]],
+    *,
+    expected: int | None,
+    run_id: str | None,
+    idempotency_key: str | None,
+) -> Appended | None:
+    """`append_messages`' common case as one self-contained statement, where supported.
+
+    Runs outside any transaction (the statement is atomic by itself). None
+    means nothing was written and `append_messages` must decide.
+    """
+    if not encoded or not _fastpath.supported(conn):
+        return None
+    _check_id(conversation_id, "conversation")
+    if idempotency_key is not None:
+        check_text(idempotency_key, "idempotency key")
+    done = _fastpath.append_in_place(
+        conn,
+        tenant,
+        conversation_id,
+        encoded,
+        expected=expected,
+        run_id=run_id,
+        idempotency_key=idempotency_key,
+    )
+    return (
+        None if done is None else _in_place(conversation_id, done, encoded, run_id, idempotency_key)
+    )
+
+
+def _in_place(
+    conversation_id: str,
+    done: _fastpath.InPlace,
+    encoded: Sequence[tuple[NewEvent, str]],
+    run_id: str | None,
+    idempotency_key: str | None,
+) -> Appended:
+    written = [
+        Event(
+            seq=seq,
+            id=event_id,
+            conversation_id=conversation_id,
+            branch_id=done.branch_id,
+            position=position,
+            run_id=run_id,
+            kind=item.kind,
+            origin=item.origin,
+            head=i == len(encoded) - 1,
+            recorded_at=utc(recorded_at),
+            idempotency_key=idempotency_key if i == 0 else None,
+            payload_json=text,
+        )
+        for i, (event_id, (seq, position, recorded_at), (item, text)) in enumerate(
+            zip(done.ids, done.written, encoded, strict=True)
+        )
+    ]
+    return Appended(conversation_id, written, Position(done.branch_id, written[-1].position))
+
+
 def set_head(
     conn: Connection, conv: Conversation, new_head: Position, appended: Sequence[Event]
 ) -> None:
@@ -527,9 +593,7 @@ def set_head(
     conn.execute(
         conversations.update()
         .where(conversations.c.id == conv.id)
-        .values(
-            head_branch_id=new_head.branch_id, head_position=new_head.position, head_open=True
-        )
+        .values(head_branch_id=new_head.branch_id, head_position=new_head.position, head_open=True)
     )
 
 

@@ -1,9 +1,9 @@
 """Plumbing of `store.history`: pairing tool results with the calls they answer.
 
 Everything here is a small pure pass over a message list, linear in its length
-(dict and list lookups only), so a 100,000-message history repairs in the same
-time per message as a short one. `store.history` strings the passes together
-and builds the public reports; nothing here is public API.
+(dict and list lookups only), so a 100,000-message history repairs in about the
+same time per message as a short one. `store.history` strings the passes
+together and builds the public reports; nothing here is public API.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.ext.asyncio import create_async_engine as sa_create_async_engine
 
-from store import _log, _migrate, _runs, projector
+from store import _fastpath, _log, _migrate, _runs, projector
 from store._dialect import WRITE, Durability, create_engine, install_sqlite_hooks, normalize_url
 from store._errors import ConflictError, InvalidInputError, SchemaError
 from store._translate import translating
@@ -46,6 +46,9 @@ class Op(Generic[T]):
     action: str
     write: bool
     fn: Callable[[Connection], T]
+    fast: Callable[[Connection], T | None] | None = None
+    """An attempt as one self-contained statement outside a transaction, tried
+    first; None from it means nothing was written and `fn` runs as usual."""
 
 
 def _history(
@@ -120,7 +123,16 @@ class _Ops:
         return Op(
             f"appending to conversation '{conversation_id}'",
             True,
-            lambda c: _log.append_messages(
+            fast=lambda c: _log.append_in_place(
+                c,
+                self.tenant,
+                conversation_id,
+                encoded,
+                expected=expected,
+                run_id=run_id,
+                idempotency_key=idempotency_key,
+            ),
+            fn=lambda c: _log.append_messages(
                 c,
                 self.tenant,
                 conversation_id,
@@ -272,6 +284,19 @@ def _ended(result: tuple[Conversation | None, ConflictError | None]) -> Conversa
 # -- sync ---------------------------------------------------------------------------
 
 
+def _run_fast(conn: Connection, fast: Callable[[Connection], T | None]) -> T | None:
+    """Try an operation's one-statement form in autocommit mode (one round trip)."""
+    if not _fastpath.supported(conn):
+        return None
+    default = conn.default_isolation_level
+    conn.execution_options(isolation_level="AUTOCOMMIT")
+    try:
+        return fast(conn)
+    finally:
+        conn.rollback()  # ends SQLAlchemy's logical transaction; the statement committed itself
+        conn.execution_options(isolation_level=default)
+
+
 class Store:
     """A chatledger store on one database.
 
@@ -385,6 +410,10 @@ class Store:
     def execute(self, op: Op[T]) -> T:
         """Run one operation in its own transaction."""
         with translating(op.action), self.engine.connect() as conn:
+            if op.fast is not None:
+                done = _run_fast(conn, op.fast)
+                if done is not None:
+                    return done
             if op.write:
                 conn.execution_options(**{WRITE: True})
             with conn.begin():
@@ -637,7 +666,7 @@ class AsyncStore:
             kwargs: dict[str, Any] = (
                 {"connect_args": {"timeout": busy_timeout}}
                 if url.startswith("sqlite")
-                else {"pool_pre_ping": True}
+                else {"pool_recycle": 1800}
             )
             engine = sa_create_async_engine(url, **kwargs)
             owns = True
@@ -676,6 +705,10 @@ class AsyncStore:
         """Run one operation in its own transaction, through `run_sync`."""
         with translating(op.action):
             async with self.engine.connect() as conn:
+                if op.fast is not None:
+                    done = await conn.run_sync(_run_fast, op.fast)
+                    if done is not None:
+                        return done
                 if op.write:
                     await conn.execution_options(**{WRITE: True})
                 async with conn.begin():

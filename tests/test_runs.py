@@ -16,10 +16,10 @@ from store import (
     Position,
     ResumeConflictError,
     RunStateError,
+    StorageError,
     Store,
-    projector,
 )
-from store.schema import events
+from store.schema import events, view_entries
 
 
 def user(text: str) -> Message:
@@ -208,17 +208,17 @@ def test_run_crashing_every_attempt_is_given_up(ledger: Ledger) -> None:
     assert [r.id for r in ledger.runs(attention=True)] == [cursor.run_id]
 
 
-def test_append_messages_is_atomic(ledger: Ledger, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_append_messages_is_atomic(store: Store, ledger: Ledger) -> None:
     conv = ledger.create_conversation()
     ledger.append_messages(conv.id, [user("kept")])
-
-    def fail_midway(*_args: object, **_kwargs: object) -> None:
-        raise RuntimeError("injected failure after the events were inserted")
-
-    monkeypatch.setattr(projector, "advance_view", fail_midway)
-    with pytest.raises(RuntimeError, match="injected"):
+    # A stray view row where the batch's second message would go makes the
+    # database fail the append midway, after its first rows were written.
+    with store.engine.begin() as conn:
+        conn.execute(view_entries.insert().values(conversation_id=conv.id, position=4, event_seq=0))
+    with pytest.raises(StorageError):
         ledger.append_messages(conv.id, [user("lost 1"), user("lost 2")])
-    monkeypatch.undo()
+    with store.engine.begin() as conn:
+        conn.execute(view_entries.delete().where(view_entries.c.event_seq == 0))
     assert contents(ledger, conv.id) == ["kept"]
     assert len(ledger.events(conversation_id=conv.id)) == 2
     assert ledger.conversation(conv.id).head.position == 2
