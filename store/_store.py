@@ -284,7 +284,7 @@ def _ended(result: tuple[Conversation | None, ConflictError | None]) -> Conversa
 # -- sync ---------------------------------------------------------------------------
 
 
-def _run_fast(conn: Connection, fast: Callable[[Connection], T | None]) -> T | None:
+def _run_fast(conn: Connection, fast: Callable[[Connection], T | None], /) -> T | None:
     """Try an operation's one-statement form in autocommit mode (one round trip)."""
     if not _fastpath.supported(conn):
         return None
@@ -706,7 +706,8 @@ class AsyncStore:
         with translating(op.action):
             async with self.engine.connect() as conn:
                 if op.fast is not None:
-                    done = await conn.run_sync(_run_fast, op.fast)
+                    fast = op.fast
+                    done = await conn.run_sync(lambda c: _run_fast(c, fast))
                     if done is not None:
                         return done
                 if op.write:
