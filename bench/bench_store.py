@@ -1,0 +1,420 @@
+"""The event log against the raw driver, side by side, on this machine.
+
+    python bench/bench_store.py [--quick]
+
+Measures, on Postgres (psycopg 3) and SQLite (sqlite3, WAL, synchronous=FULL):
+chat-loop appends (one ~1 KB message per transaction), batched appends (10 per
+call), loading a 1,000-message head history, storage per message, and how the
+costs hold up as conversations, the database and lineages grow. Each figure is
+a ratio against the raw driver doing the same work on the same database in
+the same run. Results go to bench/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sqlite3
+import statistics
+import sys
+import tempfile
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import sqlalchemy as sa
+from psycopg.types.json import Jsonb
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench._common import libpq, machine, median_seconds, postgres_database, rate, write_section
+from store import Ledger, Message, NewEvent, Store, ToolCall
+
+RESULTS = str(Path(__file__).resolve().parent / "RESULTS.md")
+TEXT = "The quick brown fox jumps over the lazy dog. " * 22  # ~1 KB
+
+
+def chat_messages() -> list[Message]:
+    """The four ~1 KB shapes of a chat loop, in order."""
+    return [
+        Message(role="user", content=TEXT),
+        Message(
+            role="assistant",
+            tool_calls=[ToolCall(id="call-1", name="search", arguments=json.dumps({"q": TEXT[:900]}))],
+        ),
+        Message(role="tool", tool_call_id="call-1", tool_name="search", content=TEXT),
+        Message(role="assistant", content=TEXT),
+    ]
+
+
+MESSAGES = chat_messages()
+PAYLOADS = [m.model_dump(mode="json", exclude_defaults=True) for m in MESSAGES]
+
+
+class Cycle:
+    """Hands out the chat-loop messages in turn."""
+
+    def __init__(self) -> None:
+        self.i = 0
+
+    def next(self, n: int = 1) -> list[int]:
+        picked = [(self.i + k) % 4 for k in range(n)]
+        self.i += n
+        return picked
+
+
+# -- raw drivers ----------------------------------------------------------------------
+
+
+class RawPostgres:
+    SCHEMA = """
+        CREATE TABLE raw_messages (
+            id bigserial PRIMARY KEY,
+            conversation_id uuid NOT NULL,
+            payload jsonb NOT NULL,
+            created_at timestamptz NOT NULL DEFAULT now()
+        );
+        CREATE INDEX raw_messages_conversation ON raw_messages (conversation_id, id);
+    """
+
+    def __init__(self, url: str) -> None:
+        self.conn = psycopg.connect(libpq(url))
+        self.conn.execute(self.SCHEMA)
+        self.conn.commit()
+        self.cycle = Cycle()
+
+    def append(self, conversation: str) -> None:
+        (i,) = self.cycle.next()
+        self.conn.execute(
+            "INSERT INTO raw_messages (conversation_id, payload) VALUES (%s, %s)",
+            (conversation, Jsonb(PAYLOADS[i])),
+        )
+        self.conn.commit()
+
+    def append_batch(self, conversation: str) -> None:
+        with self.conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO raw_messages (conversation_id, payload) VALUES (%s, %s)",
+                [(conversation, Jsonb(PAYLOADS[i])) for i in self.cycle.next(10)],
+            )
+        self.conn.commit()
+
+    def load(self, conversation: str) -> list[dict[str, Any]]:
+        rows = self.conn.execute(
+            "SELECT payload FROM raw_messages WHERE conversation_id = %s ORDER BY id",
+            (conversation,),
+        ).fetchall()
+        self.conn.commit()
+        return [r[0] for r in rows]
+
+    def bytes_per_message(self) -> float:
+        size, count = self.conn.execute(
+            "SELECT pg_total_relation_size('raw_messages'), count(*) FROM raw_messages"
+        ).fetchone()  # type: ignore[misc]
+        self.conn.commit()
+        return float(size) / count
+
+
+class RawSqlite:
+    SCHEMA = """
+        CREATE TABLE raw_messages (
+            id INTEGER PRIMARY KEY,
+            conversation_id TEXT NOT NULL,
+            payload TEXT NOT NULL,
+            created_at TEXT NOT NULL DEFAULT (strftime('%Y-%m-%d %H:%M:%f', 'now'))
+        );
+        CREATE INDEX raw_messages_conversation ON raw_messages (conversation_id, id);
+    """
+
+    def __init__(self, path: str) -> None:
+        self.conn = sqlite3.connect(path, isolation_level=None)
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=FULL")
+        self.conn.executescript(self.SCHEMA)
+        self.cycle = Cycle()
+        self.texts = [json.dumps(p) for p in PAYLOADS]
+
+    def append(self, conversation: str) -> None:
+        (i,) = self.cycle.next()
+        self.conn.execute("BEGIN")
+        self.conn.execute(
+            "INSERT INTO raw_messages (conversation_id, payload) VALUES (?, ?)",
+            (conversation, self.texts[i]),
+        )
+        self.conn.execute("COMMIT")
+
+    def append_batch(self, conversation: str) -> None:
+        self.conn.execute("BEGIN")
+        self.conn.executemany(
+            "INSERT INTO raw_messages (conversation_id, payload) VALUES (?, ?)",
+            [(conversation, self.texts[i]) for i in self.cycle.next(10)],
+        )
+        self.conn.execute("COMMIT")
+
+    def load(self, conversation: str) -> list[dict[str, Any]]:
+        rows = self.conn.execute(
+            "SELECT payload FROM raw_messages WHERE conversation_id = ? ORDER BY id", (conversation,)
+        ).fetchall()
+        return [json.loads(r[0]) for r in rows]
+
+    def bytes_per_message(self, path: str) -> float:
+        return _sqlite_bytes(self.conn, ["raw_messages"]) / self.conn.execute(
+            "SELECT count(*) FROM raw_messages"
+        ).fetchone()[0]
+
+
+def _sqlite_bytes(conn: sqlite3.Connection, tables: list[str]) -> float:
+    """Bytes used by tables and their indexes (the dbstat virtual table)."""
+    names = ",".join(f"'{t}'" for t in tables)
+    total = conn.execute(
+        f"SELECT sum(pgsize) FROM dbstat WHERE name IN ({names}) "
+        f"OR name IN (SELECT name FROM sqlite_master WHERE tbl_name IN ({names}))"
+    ).fetchone()[0]
+    return float(total or 0)
+
+
+# -- chatledger ---------------------------------------------------------------------------
+
+
+class Ours:
+    def __init__(self, url: str) -> None:
+        self.store = Store.open(url)
+        self.store.migrate()
+        self.ledger = self.store.tenant("bench")
+        self.cycle = Cycle()
+
+    def append(self, conversation: str) -> None:
+        (i,) = self.cycle.next()
+        self.ledger.append_messages(conversation, [MESSAGES[i]])
+
+    def append_batch(self, conversation: str) -> None:
+        self.ledger.append_messages(conversation, [MESSAGES[i] for i in self.cycle.next(10)])
+
+    def load(self, conversation: str) -> list[Message]:
+        return self.ledger.history(conversation)
+
+
+def interleaved(pairs: list[tuple[str, Callable[[], None]]], count: int, rounds: int) -> dict[str, float]:
+    """Median rate of each contender over `rounds`, alternating who goes first."""
+    rates: dict[str, list[float]] = {name: [] for name, _ in pairs}
+    for r in range(rounds):
+        order = pairs if r % 2 == 0 else list(reversed(pairs))
+        for name, fn in order:
+            rates[name].append(rate(fn, count))
+    return {name: statistics.median(values) for name, values in rates.items()}
+
+
+def grow(ledger: Ledger, conversation: str, n: int) -> None:
+    """Append `n` chat messages in batches of up to 50."""
+    cycle = Cycle()
+    while n > 0:
+        k = min(50, n)
+        ledger.append_messages(conversation, [MESSAGES[i] for i in cycle.next(k)])
+        n -= k
+
+
+def branchy(ledger: Ledger, branches: int, messages: int) -> str:
+    """A conversation whose head lineage crosses `branches` branches (failed runs)."""
+    conv = ledger.create_conversation().id
+    per = messages // branches
+    cycle = Cycle()
+    for _ in range(branches):
+        ledger.append_messages(conv, [MESSAGES[i] for i in cycle.next(per)])
+        cursor = ledger.start_run(conv, owner="bench")
+        ledger.fail_run(cursor, stage="model", error="bench: a failed run along the way")
+    return conv
+
+
+def bulk_other_events(store: Store, count: int) -> None:
+    """Insert `count` events (and their view rows) of 1,000-message conversations, in SQL."""
+    conversations = max(1, count // 1000)
+    payload = json.dumps(PAYLOADS[0]).replace("'", "''")
+    with store.engine.begin() as conn:
+        sqlite = conn.dialect.name == "sqlite"
+        if sqlite:
+            series = (
+                "WITH RECURSIVE s(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM s WHERE n < :last) "
+                "SELECT n FROM s"
+            )
+            conv_id = "printf('%08x-0000-7000-8000-%012x', 16777215, n / 1000)"
+            branch_id = "printf('%08x-0000-7000-9000-%012x', 16777215, n / 1000)"
+            event_id = "printf('%08x-0000-7000-a000-%012x', 16777215, n)"
+            now = "strftime('%Y-%m-%d %H:%M:%f000', 'now')"
+        else:
+            series = "SELECT n FROM generate_series(0, :last) AS n"
+            conv_id = "('ffffffff-0000-7000-8000-' || lpad(to_hex(n / 1000), 12, '0'))::uuid"
+            branch_id = "('ffffffff-0000-7000-9000-' || lpad(to_hex(n / 1000), 12, '0'))::uuid"
+            event_id = "('ffffffff-0000-7000-a000-' || lpad(to_hex(n), 12, '0'))::uuid"
+            now = "clock_timestamp()"
+        conn.execute(
+            sa.text(
+                f"INSERT INTO chatledger_events (id, conversation_id, branch_id, position, kind, "
+                f"origin, head, recorded_at, payload) SELECT {event_id}, {conv_id}, {branch_id}, "
+                f"n % 1000 + 1, 'message.recorded', 'client', false, {now}, '{payload}' "
+                f"FROM ({series}) AS g"
+            ),
+            {"last": conversations * 1000 - 1},
+        )
+        conn.execute(
+            sa.text(
+                "INSERT INTO chatledger_view_entries (conversation_id, position, event_seq) "
+                "SELECT conversation_id, position, seq FROM chatledger_events "
+                "WHERE kind = 'message.recorded' AND conversation_id IN "
+                f"(SELECT DISTINCT conversation_id FROM chatledger_events WHERE id >= {_literal_min(sqlite)})"
+            )
+        )
+        conn.exec_driver_sql("ANALYZE")
+
+
+def _literal_min(sqlite: bool) -> str:
+    return "'ffffffff-0000-7000-a000-000000000000'" + ("" if sqlite else "::uuid")
+
+
+def our_bytes_per_message(store: Store, messages: int) -> float:
+    tables = ["chatledger_conversations", "chatledger_branches", "chatledger_events",
+              "chatledger_runs", "chatledger_view_entries"]
+    with store.engine.connect() as conn:
+        if conn.dialect.name == "sqlite":
+            raw = conn.connection.dbapi_connection
+            return _sqlite_bytes(raw, tables) / messages  # type: ignore[arg-type]
+        total = sum(
+            conn.execute(sa.text("SELECT pg_total_relation_size(:t)"), {"t": t}).scalar_one()
+            for t in tables
+        )
+    return float(total) / messages
+
+
+# -- the run ----------------------------------------------------------------------------------
+
+
+def run_backend(name: str, url: str, raw: Any, quick: bool) -> list[tuple[str, str, str, str]]:
+    ours = Ours(url)
+    rows: list[tuple[str, str, str, str]] = []
+    count, rounds = (100, 3) if quick else (300, 5)
+
+    raw_conv = str(uuid.uuid4())
+    our_conv = ours.ledger.create_conversation().id
+    rates = interleaved(
+        [("raw", lambda: raw.append(raw_conv)), ("ours", lambda: ours.append(our_conv))], count, rounds
+    )
+    target = 0.6 if name == "Postgres" else 0.5
+    ratio = rates["ours"] / rates["raw"]
+    rows.append(("chat-loop append, 1 message/transaction (msg/s)", f"{rates['raw']:.0f}",
+                 f"{rates['ours']:.0f}", _verdict(ratio, f">= {target}x", ratio >= target)))
+
+    rates = interleaved(
+        [("raw", lambda: raw.append_batch(raw_conv)), ("ours", lambda: ours.append_batch(our_conv))],
+        max(10, count // 10), rounds,
+    )
+    ratio = rates["ours"] / rates["raw"]
+    rows.append(("batched append, 10 messages/call (calls/s)", f"{rates['raw']:.0f}",
+                 f"{rates['ours']:.0f}", _verdict(ratio, ">= 0.6x", ratio >= 0.6)))
+
+    # A 1,000-message head on each side.
+    raw_head, our_head = str(uuid.uuid4()), ours.ledger.create_conversation().id
+    for _ in range(100):
+        raw.append_batch(raw_head)
+    grow(ours.ledger, our_head, 1000)
+    assert len(raw.load(raw_head)) == 1000 and len(ours.load(our_head)) == 1000
+    repeats = 10 if quick else 30
+    raw_load = median_seconds(lambda: raw.load(raw_head), repeats)
+    our_load = median_seconds(lambda: ours.load(our_head), repeats)
+    ratio = our_load / raw_load
+    rows.append(("load a 1,000-message head history (ms)", f"{raw_load * 1000:.1f}",
+                 f"{our_load * 1000:.1f}", _verdict(ratio, "<= 1.5x", ratio <= 1.5)))
+
+    # Storage: a fresh database holding only the same 1,000-message conversation... the
+    # raw table holds the chat-loop rows too, so compare bytes per message on each side.
+    raw_bytes = raw.bytes_per_message() if name == "Postgres" else raw.bytes_per_message(url)
+    with ours.store.engine.connect() as conn:
+        messages = conn.execute(
+            sa.text("SELECT count(*) FROM chatledger_events WHERE kind = 'message.recorded'")
+        ).scalar_one()
+    our_bytes = our_bytes_per_message(ours.store, messages)
+    ratio = our_bytes / raw_bytes
+    rows.append(("storage per message, all tables and indexes (bytes)", f"{raw_bytes:.0f}",
+                 f"{our_bytes:.0f}", _verdict(ratio, "<= 1.5x", ratio <= 1.5)))
+
+    # Append cost as a conversation grows from 10 to 1,000 messages.
+    small, large = ours.ledger.create_conversation().id, ours.ledger.create_conversation().id
+    grow(ours.ledger, small, 10)
+    grow(ours.ledger, large, 1000)
+    rates = interleaved(
+        [("small", lambda: ours.append(small)), ("large", lambda: ours.append(large))],
+        count // 2, rounds,
+    )
+    ratio = rates["small"] / rates["large"]
+    rows.append(("append at 10 vs 1,000 messages (msg/s)", f"{rates['small']:.0f}",
+                 f"{rates['large']:.0f}", _verdict(ratio, "flat (<= 1.2x)", ratio <= 1.2)))
+
+    # Lineage crossing 1 vs 200 branches (failed runs along the way).
+    flat = ours.ledger.create_conversation().id
+    grow(ours.ledger, flat, 1000)
+    deep = branchy(ours.ledger, 200, 1000)
+    flat_load = median_seconds(lambda: ours.load(flat), repeats)
+    deep_load = median_seconds(lambda: ours.load(deep), repeats)
+    ratio = deep_load / flat_load
+    rows.append(("load, lineage of 1 vs 200 branches (ms)", f"{flat_load * 1000:.1f}",
+                 f"{deep_load * 1000:.1f}", _verdict(ratio, "<= 1.2x", ratio <= 1.2)))
+
+    # Load with ~10 thousand vs 1 million other events in the database.
+    before = median_seconds(lambda: ours.load(our_head), repeats)
+    bulk_other_events(ours.store, 100_000 if quick else 1_000_000)
+    after = median_seconds(lambda: ours.load(our_head), repeats)
+    ratio = after / before
+    others = "100 thousand" if quick else "1 million"
+    rows.append((f"load with ~10 thousand vs {others} other events (ms)", f"{before * 1000:.1f}",
+                 f"{after * 1000:.1f}", _verdict(ratio, "<= 1.2x", ratio <= 1.2)))
+    ours.store.close()
+    return rows
+
+
+def _verdict(ratio: float, target: str, ok: bool) -> str:
+    return f"{ratio:.2f}x (target {target}) {'PASS' if ok else 'FAIL'}"
+
+
+def table(rows: list[tuple[str, str, str, str]], first: str = "raw driver") -> str:
+    lines = [f"| measure | {first} | chatledger | ratio |", "|---|---:|---:|---|"]
+    lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smaller counts, for a smoke run")
+    args = parser.parse_args()
+    details = machine()
+    sections = []
+    with postgres_database("chatledger_bench") as url:
+        raw = RawPostgres(url)
+        sections.append(("Postgres", run_backend("Postgres", url, raw, args.quick)))
+        raw.conn.close()
+    with tempfile.TemporaryDirectory() as tmp:
+        raw_path = os.path.join(tmp, "raw.db")
+        raw_sqlite = RawSqlite(raw_path)
+        url = f"sqlite:///{os.path.join(tmp, 'chatledger.db')}"
+        sections.append(("SQLite", run_backend("SQLite", url, raw_sqlite, args.quick)))
+        raw_sqlite.conn.close()
+    body = ["Machine: " + "; ".join(f"{k} {v}" for k, v in details.items()), ""]
+    body.append(
+        "Durability: Postgres with fsync and synchronous_commit as shown (every commit is "
+        "flushed); SQLite in WAL mode with synchronous=FULL on both sides (chatledger's "
+        "default, `durability=\"full\"`). One client, ~1 KB chat messages (user text, "
+        "assistant tool call, tool result, assistant text). The rows marked \"raw\" are psycopg 3 / "
+        "sqlite3 on a single table of (id, conversation id, payload, created_at) with an index on "
+        "(conversation id, id); in the growth rows both columns are chatledger."
+        + (" Quick run (--quick): smaller counts." if args.quick else "")
+    )
+    for name, rows in sections:
+        body += ["", f"### {name}", "", table(rows)]
+        print(f"\n{name}\n" + table(rows))
+    write_section(RESULTS, "Event log against the raw driver", "\n".join(body))
+    failed = [r for _, rows in sections for r in rows if r[3].endswith("FAIL")]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
