@@ -1,5 +1,6 @@
 """chatledger's persistence half: the message contract, history algorithms and the event log."""
 
+from store._audit_ops import AsyncAudit, Audit
 from store._errors import (
     ChatledgerError,
     ConflictError,
@@ -12,6 +13,7 @@ from store._errors import (
     SchemaError,
     StorageError,
 )
+from store._pages import Page
 from store._store import AsyncLedger, AsyncStore, Ledger, Store
 from store._values import (
     Appended,
@@ -23,6 +25,14 @@ from store._values import (
     Position,
     Run,
     RunCursor,
+)
+from store.audit import (
+    Lineage,
+    LineageBranch,
+    LineageResume,
+    RecordedRequest,
+    TimelineEntry,
+    ToolExecution,
 )
 from store.history import (
     HistoryProcessor,
@@ -53,8 +63,10 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Appended",
+    "AsyncAudit",
     "AsyncLedger",
     "AsyncStore",
+    "Audit",
     "Branch",
     "ChatledgerError",
     "ConflictError",
@@ -68,11 +80,16 @@ __all__ = [
     "InvalidInputError",
     "LeaseError",
     "Ledger",
+    "Lineage",
+    "LineageBranch",
+    "LineageResume",
     "Message",
     "NewEvent",
     "NotFoundError",
+    "Page",
     "Part",
     "Position",
+    "RecordedRequest",
     "ResumeConflictError",
     "Run",
     "RunCursor",
@@ -83,7 +100,9 @@ __all__ = [
     "Store",
     "TextPart",
     "ThinkingPart",
+    "TimelineEntry",
     "ToolCall",
+    "ToolExecution",
     "UnknownPart",
     "UnsafePart",
     "UrlPart",

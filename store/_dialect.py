@@ -1,4 +1,4 @@
-"""What differs between SQLite and Postgres: setup, clocks and locking.
+"""What differs between SQLite and Postgres: setup, clocks, locking, JSON and commit order.
 
 Logic never branches on the dialect outside this module.
 
@@ -13,23 +13,34 @@ connections marked for writing, a plain (deferred) `BEGIN` for reads.
 from __future__ import annotations
 
 import os
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 import sqlalchemy as sa
 from sqlalchemy import event
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ColumnElement
 
 __all__ = [
     "DEFAULT_URL",
     "Durability",
+    "InsertingTransaction",
+    "commit_order",
     "create_engine",
     "db_now",
     "db_now_plus",
     "for_update",
     "install_sqlite_hooks",
     "is_sqlite",
+    "json_text",
+    "json_true",
     "normalize_url",
+    "past_cursor",
+    "snapshot_horizon",
+    "time_value",
 ]
 
 DEFAULT_URL = "sqlite:///chatledger.db"
@@ -76,6 +87,11 @@ def install_sqlite_hooks(
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None
+        # SQLite's own clock has millisecond resolution; the host's (the
+        # embedded database's clock) has microseconds, so events recorded in
+        # one millisecond still get distinct, ordered timestamps.
+        dbapi_connection.create_function("chatledger_now", 0, _sqlite_now)
+        dbapi_connection.create_function("chatledger_now_plus", 1, _sqlite_now_plus)
         cursor = dbapi_connection.cursor()
         try:
             cursor.execute("PRAGMA journal_mode=WAL")
@@ -93,21 +109,124 @@ def install_sqlite_hooks(
             conn.exec_driver_sql("BEGIN")
 
 
+_SQLITE_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
+
+
+def _sqlite_now() -> str:
+    return datetime.now(UTC).strftime(_SQLITE_FORMAT)
+
+
+def _sqlite_now_plus(seconds: float) -> str:
+    return (datetime.now(UTC) + timedelta(seconds=seconds)).strftime(_SQLITE_FORMAT)
+
+
 def db_now(bind: Engine | Connection) -> ColumnElement[Any]:
-    """The database's clock (never a worker's): what leases and timestamps use."""
+    """The database's clock (never a worker's): what leases and timestamps use.
+
+    On SQLite, timestamps are microsecond text ('YYYY-MM-DD HH:MM:SS.ffffff'),
+    so they compare as strings and parse back.
+    """
     if is_sqlite(bind):
-        # Microsecond-form text, so that timestamps compare as strings and parse back.
-        return sa.func.strftime("%Y-%m-%d %H:%M:%f000", "now")
+        return sa.func.chatledger_now()
     return sa.func.clock_timestamp()
 
 
 def db_now_plus(bind: Engine | Connection, seconds: float) -> ColumnElement[Any]:
     """The database's clock plus `seconds`."""
     if is_sqlite(bind):
-        return sa.func.strftime("%Y-%m-%d %H:%M:%f000", "now", f"{float(seconds):+f} seconds")
+        return sa.func.chatledger_now_plus(float(seconds))
     return sa.func.clock_timestamp() + sa.func.make_interval(0, 0, 0, 0, 0, 0, float(seconds))
 
 
 def for_update(bind: Connection, stmt: sa.Select[Any]) -> sa.Select[Any]:
     """Lock the selected rows on Postgres; SQLite's writer lock already serializes."""
     return stmt if is_sqlite(bind) else stmt.with_for_update()
+
+
+# -- JSON text and time values (audit queries) ------------------------------------------
+
+_NUL_ESCAPE = "\\u0000"
+_REPLACEMENT_ESCAPE = "\\ufffd"
+
+
+def json_text(bind: Connection, column: ColumnElement[Any], key: str) -> ColumnElement[Any]:
+    """A top-level field of a JSON text column, as SQL text (NULL when absent).
+
+    Postgres cannot extract any field from JSON text that holds the escape
+    `\\u0000` (see docs/tables.md, "JSON columns"), so the escape is read as
+    U+FFFD; the stored payload is never changed.
+    """
+    if is_sqlite(bind):
+        return sa.func.json_extract(column, f"$.{key}", type_=sa.Text)
+    parsed = sa.cast(sa.func.replace(column, _NUL_ESCAPE, _REPLACEMENT_ESCAPE), postgresql.JSON)
+    return parsed.op("->>", return_type=sa.Text)(sa.literal(key, sa.Text))
+
+
+def json_true(bind: Connection, column: ColumnElement[Any], key: str) -> ColumnElement[bool]:
+    """Whether a top-level field of a JSON text column is `true` (false when absent, not NULL)."""
+    if is_sqlite(bind):
+        flag = sa.func.json_extract(column, f"$.{key}") == 1
+    else:
+        flag = json_text(bind, column, key) == "true"
+    return sa.func.coalesce(flag, sa.false(), type_=sa.Boolean)
+
+
+def time_value(bind: Connection, when: datetime) -> ColumnElement[Any]:
+    """`when` (naive means UTC) as a value that compares with a timestamp column."""
+    when = when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+    if is_sqlite(bind):
+        # The stored text form (see db_now), which orders as time does.
+        return sa.literal(when.strftime("%Y-%m-%d %H:%M:%S.%f"), sa.Text)
+    return sa.literal(when, sa.DateTime(timezone=True))
+
+
+# -- commit order (audit pagination; docs/adr/0005-audit-pagination.md) -----------------
+
+
+class InsertingTransaction(ColumnElement[int]):
+    """A column default: the id of the transaction inserting the row.
+
+    Postgres: its 64-bit transaction id, which never wraps around. SQLite: 0,
+    since one writer at a time makes rowid order commit order.
+    """
+
+    inherit_cache = True
+    type = sa.BigInteger()
+
+
+@compiles(InsertingTransaction)
+def _no_transaction_id(_element: InsertingTransaction, _compiler: SQLCompiler, **_kw: Any) -> str:
+    return "0"
+
+
+@compiles(InsertingTransaction, "postgresql")
+def _transaction_id(_element: InsertingTransaction, _compiler: SQLCompiler, **_kw: Any) -> str:
+    return "(pg_current_xact_id()::text::bigint)"
+
+
+def commit_order(
+    bind: Connection, txid: ColumnElement[int], seq: ColumnElement[int]
+) -> list[ColumnElement[int]]:
+    """The columns that order events as they committed (see `snapshot_horizon`)."""
+    return [seq] if is_sqlite(bind) else [txid, seq]
+
+
+def past_cursor(
+    bind: Connection, txid: ColumnElement[int], seq: ColumnElement[int], cursor: tuple[int, int]
+) -> ColumnElement[bool]:
+    """Rows after `cursor`, a (txid, seq) pair, in `commit_order`."""
+    if is_sqlite(bind):
+        return seq > cursor[1]
+    after = sa.tuple_(sa.literal(cursor[0], sa.BigInteger), sa.literal(cursor[1], sa.BigInteger))
+    return sa.tuple_(txid, seq) > after
+
+
+def snapshot_horizon(bind: Connection) -> ColumnElement[int] | None:
+    """The txid below which every transaction has ended, or None when all have (SQLite).
+
+    Postgres: the statement snapshot's xmin. Select it as a column of the
+    query it guards, so it belongs to the same snapshot as the rows.
+    """
+    if is_sqlite(bind):
+        return None
+    return sa.literal_column("pg_snapshot_xmin(pg_current_snapshot())::text::bigint", sa.BigInteger)

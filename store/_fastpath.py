@@ -1,16 +1,22 @@
-"""The chat-loop append on Postgres, in one statement.
+"""The chat-loop append and the head read, with as little machinery as possible.
 
 The common append continues the head's branch in place: lock the
-conversation row, check the head is open (and where the caller expected it),
-insert the events, add them to the head view and move the head. Over the
-network each statement is a round trip, so on Postgres these five steps are
-one statement of data-modifying CTEs. When the in-place path does not apply
-(the head is not open, the expectation fails, the idempotency key was used)
-it writes nothing but still takes the row lock, and the caller continues
-with the general path in the same transaction, which decides what to do.
+conversation row, check the head is open (and where the caller expected it,
+and the idempotency key unused), insert the events, add them to the head
+view and move the head. The general path (`_log.append_messages`) does this
+and every other case with SQLAlchemy Core; this module does only the common
+case, in plain SQL prepared once:
 
-SQLite runs in-process (a statement costs microseconds, not a round trip), so
-it always takes the general path.
+- on Postgres, each statement is a network round trip, so the five steps are
+  one statement of data-modifying CTEs, run in autocommit mode (a single
+  statement is atomic by itself): one round trip per append;
+- on SQLite, statements cost microseconds in-process but building SQLAlchemy
+  expressions costs more than executing them, so the steps are plain SQL
+  inside the caller's `BEGIN IMMEDIATE` transaction.
+
+When the common case does not apply, nothing is written and None is returned;
+the general path decides (on SQLite in the same transaction). Both paths run
+under the one conformance suite.
 """
 
 from __future__ import annotations
@@ -18,13 +24,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy.engine import Connection
 
 from store._values import NewEvent
 from store.ids import new_id
 
-__all__ = ["InPlace", "append_in_place", "supported"]
+__all__ = ["InPlace", "append_in_place", "head_payloads", "one_statement", "supported"]
 
 _APPEND = """
 WITH c AS (
@@ -74,9 +81,31 @@ class InPlace:
     written: list[tuple[int, int, datetime]]
 
 
-def supported(conn: Connection) -> bool:
-    """Whether this connection takes the one-statement path."""
+_SQLITE_HEAD = (
+    "SELECT head_branch_id, head_position, head_open FROM chatledger_conversations "
+    "WHERE id = ? AND tenant = ?"
+)
+_SQLITE_KEY = "SELECT 1 FROM chatledger_events WHERE conversation_id = ? AND idempotency_key = ?"
+_SQLITE_INSERT = (
+    "INSERT INTO chatledger_events (id, conversation_id, branch_id, position, run_id, kind, "
+    "origin, head, recorded_at, idempotency_key, payload) VALUES {values} "
+    "RETURNING seq, position, recorded_at"
+)
+_SQLITE_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, chatledger_now(), ?, ?)"
+_SQLITE_VIEW = (
+    "INSERT INTO chatledger_view_entries (conversation_id, position, event_seq) VALUES {values}"
+)
+_SQLITE_MOVE = "UPDATE chatledger_conversations SET head_position = ?, head_open = 1 WHERE id = ?"
+
+
+def one_statement(conn: Connection) -> bool:
+    """Whether the append runs as one autocommit statement (Postgres) or in a transaction."""
     return conn.dialect.name == "postgresql"
+
+
+def supported(conn: Connection) -> bool:
+    """Whether this dialect has a fast path here."""
+    return conn.dialect.name in ("postgresql", "sqlite")
 
 
 def append_in_place(
@@ -95,6 +124,10 @@ def append_in_place(
     reports it.
     """
     ids = [new_id() for _ in encoded]
+    if not one_statement(conn):
+        return _sqlite_in_place(
+            conn, tenant, conversation_id, encoded, ids, expected, run_id, idempotency_key
+        )
     rows = conn.exec_driver_sql(
         _APPEND,
         {
@@ -117,3 +150,109 @@ def append_in_place(
         ids=ids,
         written=[(r.seq, r.position, r.recorded_at) for r in rows],
     )
+
+
+def _sqlite_in_place(
+    conn: Connection,
+    tenant: str,
+    conversation_id: str,
+    encoded: Sequence[tuple[NewEvent, str]],
+    ids: list[str],
+    expected: int | None,
+    run_id: str | None,
+    key: str | None,
+) -> InPlace | None:
+    # Inside BEGIN IMMEDIATE: the writer lock is ours, so read-then-write is
+    # safe. The driver's cursor is used directly: SQLAlchemy's per-statement
+    # machinery would cost more than SQLite's work here.
+    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    try:
+        return _sqlite_write(cursor, tenant, conversation_id, encoded, ids, expected, run_id, key)
+    finally:
+        cursor.close()
+
+
+def _sqlite_write(
+    cursor: Any,
+    tenant: str,
+    conversation_id: str,
+    encoded: Sequence[tuple[NewEvent, str]],
+    ids: list[str],
+    expected: int | None,
+    run_id: str | None,
+    key: str | None,
+) -> InPlace | None:
+    cursor.execute(_SQLITE_HEAD, (conversation_id, tenant))
+    head = cursor.fetchone()
+    if head is None or not head[2]:
+        return None
+    branch_id, start = head[0], head[1]
+    if expected is not None and start != expected:
+        return None
+    if key is not None:
+        cursor.execute(_SQLITE_KEY, (conversation_id, key))
+        if cursor.fetchone() is not None:
+            return None
+    last = len(encoded)
+    params: list[object] = []
+    for i, (item, text) in enumerate(encoded, 1):
+        params += [
+            ids[i - 1],
+            conversation_id,
+            branch_id,
+            start + i,
+            run_id,
+            item.kind,
+            item.origin,
+            i == last,
+            key if i == 1 else None,
+            text,
+        ]
+    values = ", ".join([_SQLITE_ROW] * last)
+    cursor.execute(_SQLITE_INSERT.format(values=values), params)
+    rows = cursor.fetchall()
+    written = sorted(
+        (seq, position, datetime.fromisoformat(recorded_at)) for seq, position, recorded_at in rows
+    )
+    views = [
+        (conversation_id, position, seq)
+        for (seq, position, _), (item, _) in zip(written, encoded, strict=True)
+        if item.kind == "message.recorded"
+    ]
+    if views:
+        cursor.execute(
+            _SQLITE_VIEW.format(values=", ".join(["(?, ?, ?)"] * len(views))),
+            [v for row in views for v in row],
+        )
+    cursor.execute(_SQLITE_MOVE, (start + last, conversation_id))
+    return InPlace(branch_id=branch_id, ids=ids, written=written)
+
+
+_HEAD_PAYLOADS = (
+    "SELECT e.payload FROM chatledger_conversations c "
+    "JOIN chatledger_view_entries v ON v.conversation_id = c.id "
+    "JOIN chatledger_events e ON e.seq = v.event_seq "
+    "WHERE c.id = {id} AND c.tenant = {tenant} ORDER BY v.position"
+)
+_PG_HEAD_PAYLOADS = _HEAD_PAYLOADS.format(id="%(id)s", tenant="%(tenant)s")
+_SQLITE_HEAD_PAYLOADS = _HEAD_PAYLOADS.format(id="?", tenant="?")
+
+
+def head_payloads(conn: Connection, tenant: str, conversation_id: str) -> list[str] | None:
+    """The head view's message payloads in one query; None when there are none.
+
+    None covers both an empty history and a conversation that does not exist
+    for this tenant; the caller tells them apart.
+    """
+    if one_statement(conn):
+        rows = conn.exec_driver_sql(
+            _PG_HEAD_PAYLOADS, {"id": conversation_id, "tenant": tenant}
+        ).all()
+    else:
+        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        try:
+            cursor.execute(_SQLITE_HEAD_PAYLOADS, (conversation_id, tenant))
+            rows = cursor.fetchall()
+        finally:
+            cursor.close()
+    return [r[0] for r in rows] or None

@@ -525,10 +525,9 @@ def append_in_place(
     run_id: str | None,
     idempotency_key: str | None,
 ) -> Appended | None:
-    """`append_messages`' common case as one self-contained statement, where supported.
+    """`append_messages`' common case on the fast path (see `store._fastpath`).
 
-    Runs outside any transaction (the statement is atomic by itself). None
-    means nothing was written and `append_messages` must decide.
+    None means nothing was written and `append_messages` must decide.
     """
     if not encoded or not _fastpath.supported(conn):
         return None

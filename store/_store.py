@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -34,6 +34,9 @@ from store._values import (
 from store.history import normalize_history
 from store.messages import Message, Usage, load_messages
 
+if TYPE_CHECKING:
+    from store._audit_ops import AsyncAudit, Audit
+
 __all__ = ["AsyncLedger", "AsyncStore", "Ledger", "Store"]
 
 T = TypeVar("T")
@@ -49,6 +52,18 @@ class Op(Generic[T]):
     fast: Callable[[Connection], T | None] | None = None
     """An attempt as one self-contained statement outside a transaction, tried
     first; None from it means nothing was written and `fn` runs as usual."""
+
+
+def _head_history(
+    conn: Connection, tenant: str, conversation_id: str, repaired: bool
+) -> list[Message] | None:
+    """The head history in one query (None: empty or missing; `_history` decides)."""
+    _log._check_id(conversation_id, "conversation")
+    payloads = _fastpath.head_payloads(conn, tenant, conversation_id)
+    if payloads is None:
+        return None
+    messages = load_messages(payloads)
+    return normalize_history(messages)[0] if repaired else messages
 
 
 def _history(
@@ -150,6 +165,9 @@ class _Ops:
             f"reading the history of conversation '{conversation_id}'",
             False,
             lambda c: _history(c, self.tenant, conversation_id, at, repaired),
+            fast=None
+            if at is not None
+            else lambda c: _head_history(c, self.tenant, conversation_id, repaired),
         )
 
     def fork(
@@ -286,8 +304,6 @@ def _ended(result: tuple[Conversation | None, ConflictError | None]) -> Conversa
 
 def _run_fast(conn: Connection, fast: Callable[[Connection], T | None], /) -> T | None:
     """Try an operation's one-statement form in autocommit mode (one round trip)."""
-    if not _fastpath.supported(conn):
-        return None
     default = conn.default_isolation_level
     conn.execution_options(isolation_level="AUTOCOMMIT")
     try:
@@ -295,6 +311,14 @@ def _run_fast(conn: Connection, fast: Callable[[Connection], T | None], /) -> T 
     finally:
         conn.rollback()  # ends SQLAlchemy's logical transaction; the statement committed itself
         conn.execution_options(isolation_level=default)
+
+
+def _in_transaction(conn: Connection, op: Op[T]) -> T:
+    if op.fast is not None and not _fastpath.one_statement(conn):
+        done = op.fast(conn)
+        if done is not None:
+            return done
+    return op.fn(conn)
 
 
 class Store:
@@ -410,14 +434,14 @@ class Store:
     def execute(self, op: Op[T]) -> T:
         """Run one operation in its own transaction."""
         with translating(op.action), self.engine.connect() as conn:
-            if op.fast is not None:
+            if op.fast is not None and _fastpath.one_statement(conn):
                 done = _run_fast(conn, op.fast)
                 if done is not None:
                     return done
             if op.write:
                 conn.execution_options(**{WRITE: True})
             with conn.begin():
-                return op.fn(conn)
+                return _in_transaction(conn, op)
 
 
 class Ledger:
@@ -431,6 +455,13 @@ class Ledger:
     def tenant(self) -> str:
         """The tenant every operation is scoped to."""
         return self._ops.tenant
+
+    @property
+    def audit(self) -> Audit:
+        """Audit queries over this tenant's log: timelines, model requests, tools, lineage."""
+        from store._audit_ops import Audit  # imported here: it builds on this module's Op
+
+        return Audit(self._store, self._ops.tenant)
 
     def create_conversation(
         self, metadata: dict[str, Any] | None = None, *, conversation_id: str | None = None
@@ -705,15 +736,15 @@ class AsyncStore:
         """Run one operation in its own transaction, through `run_sync`."""
         with translating(op.action):
             async with self.engine.connect() as conn:
-                if op.fast is not None:
-                    fast = op.fast
+                fast = op.fast
+                if fast is not None and _fastpath.one_statement(conn.sync_connection):  # type: ignore[arg-type]
                     done = await conn.run_sync(lambda c: _run_fast(c, fast))
                     if done is not None:
                         return done
                 if op.write:
                     await conn.execution_options(**{WRITE: True})
                 async with conn.begin():
-                    return await conn.run_sync(op.fn)
+                    return await conn.run_sync(lambda c: _in_transaction(c, op))
 
 
 class AsyncLedger:
@@ -727,6 +758,13 @@ class AsyncLedger:
     def tenant(self) -> str:
         """The tenant every operation is scoped to."""
         return self._ops.tenant
+
+    @property
+    def audit(self) -> AsyncAudit:
+        """See `Ledger.audit`."""
+        from store._audit_ops import AsyncAudit  # imported here: it builds on this module's Op
+
+        return AsyncAudit(self._store, self._ops.tenant)
 
     async def create_conversation(
         self, metadata: dict[str, Any] | None = None, *, conversation_id: str | None = None

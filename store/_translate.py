@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
+import psycopg
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 
@@ -40,18 +42,21 @@ def translating(action: str) -> Iterator[None]:
         yield
     except ChatledgerError:
         raise
-    except sa_exc.DBAPIError as error:
-        text = str(error.orig).lower()
+    except (sa_exc.DBAPIError, sqlite3.Error, psycopg.Error) as error:
+        # The fast paths use the driver's cursor directly, so its own errors
+        # arrive here unwrapped; both kinds are read the same way.
+        orig = error.orig if isinstance(error, sa_exc.DBAPIError) else error
+        text = str(orig).lower()
         if any(m in text for m in _MISSING_TABLE) and "chatledger_" in text:
             raise SchemaError(
                 f"The database has no chatledger tables (while {action}). Run "
                 f"`store.migrate()` or `chatledger migrate` once to create them."
             ) from error
-        if isinstance(error, sa_exc.OperationalError) and (
+        if isinstance(error, sa_exc.OperationalError | psycopg.OperationalError) and (
             "connect" in text or "connection" in text
         ):
             raise StorageError(
-                f"Cannot reach the database (while {action}): {error.orig}. Check that the "
+                f"Cannot reach the database (while {action}): {orig}. Check that the "
                 f"server is running and that the URL, user and password are right."
             ) from error
         if "append-only" in text:
@@ -70,6 +75,6 @@ def translating(action: str) -> Iterator[None]:
                 f"timeout while {action}. Retry, or raise the busy timeout of Store.open()."
             ) from error
         raise StorageError(
-            f"The database failed while {action}: {error.orig}. Nothing was written by "
+            f"The database failed while {action}: {orig}. Nothing was written by "
             f"this operation; check the database and retry."
         ) from error

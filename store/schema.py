@@ -16,6 +16,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
+from store._dialect import InsertingTransaction
+
 __all__ = [
     "branches",
     "conversations",
@@ -107,6 +109,10 @@ events = sa.Table(
     # Canonical JSON text. Kept as text (not jsonb) so that `\u0000` and the
     # exact bytes survive, and so a whole history is parsed in one call.
     sa.Column("payload", sa.Text, nullable=False),
+    # The inserting transaction (Postgres: its 64-bit id; SQLite: 0). Audit
+    # pages follow (txid, seq), commit order, below the snapshot's xmin, so a
+    # row that commits late is never skipped (docs/adr/0005-audit-pagination.md).
+    sa.Column("txid", Seq, nullable=False, server_default=InsertingTransaction()),
     # The lineage scan: one branch's events in position order.
     sa.UniqueConstraint("conversation_id", "branch_id", "position"),
     sa.CheckConstraint("origin IN ('run', 'client', 'repair')", name="origin"),
@@ -124,6 +130,15 @@ events = sa.Table(
         "seq",
         sqlite_where=sa.text("run_id IS NOT NULL"),
         postgresql_where=sa.text("run_id IS NOT NULL"),
+    ),
+    # A conversation's log in commit order, keyset-paginated (audit).
+    sa.Index("ix_chatledger_events_conversation", "conversation_id", "txid", "seq"),
+    # Tool calls in a time range, by name or not (audit): only tool.started rows.
+    sa.Index(
+        "ix_chatledger_events_tool_started",
+        "recorded_at",
+        sqlite_where=sa.text("kind = 'tool.started'"),
+        postgresql_where=sa.text("kind = 'tool.started'"),
     ),
 )
 

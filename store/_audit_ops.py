@@ -1,0 +1,420 @@
+"""The audit operations and their faces: `ledger.audit` and `async_ledger.audit`.
+
+Arguments are validated here, before any transaction begins; each query is
+then one `Op` over a function of `store.audit`, run by `Store.execute` or
+`AsyncStore.execute`, so the sync and async faces share every line of logic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Literal, get_args
+
+from store import _log
+from store._errors import InvalidInputError
+from store._pages import DEFAULT_LIMIT, Page
+from store._store import Op
+from store._values import Event, Origin
+from store.audit import (
+    Filter,
+    Lineage,
+    RecordedRequest,
+    TimelineEntry,
+    ToolExecution,
+    ToolStatus,
+    lineage,
+    list_events,
+    model_request,
+    run_timeline,
+    tool_executions,
+)
+from store.history import HistoryProcessor
+
+if TYPE_CHECKING:
+    from store._store import AsyncStore, Store
+
+__all__ = ["AsyncAudit", "Audit"]
+
+_ORIGINS: frozenset[str] = frozenset(get_args(Origin))
+_STATUSES: frozenset[str] = frozenset(get_args(ToolStatus))
+
+
+def _names(
+    value: str | Sequence[str] | None, allowed: frozenset[str] | None, what: str
+) -> tuple[str, ...]:
+    """One name or several, validated; () for None."""
+    if value is None:
+        return ()
+    values = (value,) if isinstance(value, str) else tuple(value)
+    for item in values:
+        if not isinstance(item, str) or (allowed is not None and item not in allowed):
+            choices = f"one or more of {', '.join(sorted(allowed))}" if allowed else "names"
+            raise InvalidInputError(f"{what} must be {choices}, not {value!r}.")
+        _log.check_text(item, what)
+    if not values:
+        raise InvalidInputError(f"{what} must name at least one value; pass None for all.")
+    return values
+
+
+def _filter(
+    *,
+    conversation_id: str | None = None,
+    run_id: str | None = None,
+    kinds: str | Sequence[str] | None = None,
+    origin: str | Sequence[str] | None = None,
+    tool_name: str | None = None,
+    failed: bool | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> Filter:
+    if tool_name is not None:
+        _log.check_text(tool_name, "tool name")
+    for name, value in (("since", since), ("until", until)):
+        if value is not None and not isinstance(value, datetime):
+            raise InvalidInputError(f"{name} must be a datetime, not {type(value).__name__}.")
+    if failed is not None and not isinstance(failed, bool):
+        raise InvalidInputError(f"failed must be True, False or None, not {failed!r}.")
+    return Filter(
+        conversation_id=conversation_id,
+        run_id=run_id,
+        # Any kind: a newer version or a custom loop may record kinds this one does not know.
+        kinds=_names(kinds, None, "kinds"),
+        origins=_names(origin, _ORIGINS, "origin"),
+        tool_name=tool_name,
+        failed=failed,
+        since=since,
+        until=until,
+    )
+
+
+class _AuditOps:
+    """Builds the tenant-scoped audit operations that `Audit` and `AsyncAudit` run."""
+
+    def __init__(self, tenant: str) -> None:
+        self.tenant = tenant
+
+    def events(self, f: Filter, after: str | None, limit: int) -> Op[Page[Event]]:
+        return Op(
+            "reading audit events",
+            False,
+            lambda c: list_events(c, self.tenant, f, after=after, limit=limit),
+        )
+
+    def run_timeline(
+        self, run_id: str, kinds: str | Sequence[str] | None, after: str | None, limit: int
+    ) -> Op[Page[TimelineEntry]]:
+        names = _names(kinds, None, "kinds")
+        return Op(
+            f"reading the timeline of run '{run_id}'",
+            False,
+            lambda c: run_timeline(c, self.tenant, run_id, kinds=names, after=after, limit=limit),
+        )
+
+    def model_request(
+        self,
+        run_id: str,
+        number: int,
+        instructions: str,
+        context: str,
+        history_processor: HistoryProcessor | None,
+    ) -> Op[RecordedRequest]:
+        if isinstance(number, bool) or not isinstance(number, int) or number < 1:
+            raise InvalidInputError(
+                f"Model requests are numbered from 1, so {number!r} names none. Pass the "
+                f"`request` number that model.requested recorded."
+            )
+        if not isinstance(context, str):
+            raise InvalidInputError(f"context must be text, not {type(context).__name__}.")
+        return Op(
+            f"rebuilding model request {number} of run '{run_id}'",
+            False,
+            lambda c: model_request(
+                c,
+                self.tenant,
+                run_id,
+                number,
+                instructions=instructions,
+                context=context,
+                history_processor=history_processor,
+            ),
+        )
+
+    def tool_executions(
+        self,
+        f: Filter,
+        status: ToolStatus | Sequence[ToolStatus] | None,
+        after: str | None,
+        limit: int,
+    ) -> Op[Page[ToolExecution]]:
+        statuses: list[ToolStatus] = list(_names(status, _STATUSES, "status"))  # type: ignore[arg-type]
+        if f.failed is not None:
+            # The failed flag narrows to calls that finished, failed or not.
+            flagged: list[ToolStatus] = ["failed"] if f.failed else ["finished"]
+            statuses = [s for s in statuses if s in flagged] if statuses else flagged
+            if not statuses:
+                raise InvalidInputError(f"status {status!r} contradicts failed={f.failed}.")
+        return Op(
+            "reading tool executions",
+            False,
+            lambda c: tool_executions(c, self.tenant, f, statuses, after=after, limit=limit),
+        )
+
+    def lineage(self, conversation_id: str) -> Op[Lineage]:
+        return Op(
+            f"reading the lineage of conversation '{conversation_id}'",
+            False,
+            lambda c: lineage(c, self.tenant, conversation_id),
+        )
+
+
+class Audit:
+    """Audit queries scoped to one tenant: `store.tenant("acme").audit`.
+
+    Lists come in pages (`Page`): pass `next_after` back as `after` to read
+    on. Times are compared with `recorded_at` (database clock, UTC; a naive
+    datetime means UTC): `since` inclusive, `until` exclusive.
+    """
+
+    def __init__(self, store: Store, tenant: str) -> None:
+        self._store = store
+        self._ops = _AuditOps(tenant)
+
+    def events(
+        self,
+        *,
+        conversation_id: str | None = None,
+        run_id: str | None = None,
+        kinds: str | Sequence[str] | None = None,
+        tool_name: str | None = None,
+        origin: Origin | Sequence[Origin] | None = None,
+        failed: bool | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        after: str | None = None,
+        limit: int = DEFAULT_LIMIT,
+    ) -> Page[Event]:
+        """The tenant's events, filtered, in commit order.
+
+        Args:
+            conversation_id: only events the conversation wrote (a fork's
+                inherited events belong to its source).
+            run_id: only events stamped with the run.
+            kinds: one kind or several.
+            tool_name: `tool.started` events and tool results naming the tool.
+            origin: `run`, `client` or `repair` (or several).
+            failed: True for events recording a failure (`tool.finished` and
+                tool results marked failed, `run.failed`); False for the rest.
+        """
+        f = _filter(
+            conversation_id=conversation_id,
+            run_id=run_id,
+            kinds=kinds,
+            origin=origin,
+            tool_name=tool_name,
+            failed=failed,
+            since=since,
+            until=until,
+        )
+        return self._store.execute(self._ops.events(f, after, limit))
+
+    def run_timeline(
+        self,
+        run_id: str,
+        *,
+        kinds: str | Sequence[str] | None = None,
+        after: str | None = None,
+        limit: int = DEFAULT_LIMIT,
+    ) -> Page[TimelineEntry]:
+        """Every event of the run, in order, with its stage and time since `run.started`."""
+        return self._store.execute(self._ops.run_timeline(run_id, kinds, after, limit))
+
+    def model_request(
+        self,
+        run_id: str,
+        request: int,
+        *,
+        instructions: str,
+        context: str = "",
+        history_processor: HistoryProcessor | None = None,
+    ) -> RecordedRequest:
+        """Model request number `request` of the run, rebuilt from the log.
+
+        Args:
+            instructions: the instructions the run resolved; the log keeps
+                only their sha256, which they must match (`InvalidInputError`).
+            context: text the run added to the system message after the
+                instructions (the engine's retrieval context block).
+            history_processor: the agent's history processor, if it had one.
+        """
+        op = self._ops.model_request(run_id, request, instructions, context, history_processor)
+        return self._store.execute(op)
+
+    def tool_executions(
+        self,
+        *,
+        conversation_id: str | None = None,
+        run_id: str | None = None,
+        tool_name: str | None = None,
+        status: ToolStatus | Sequence[ToolStatus] | None = None,
+        failed: bool | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        after: str | None = None,
+        limit: int = DEFAULT_LIMIT,
+    ) -> Page[ToolExecution]:
+        """Every tool call started, with how it ended (`ToolExecution.status`).
+
+        `status="uncertain"` lists the calls that started and never finished,
+        whose side effects are unknown. `failed=True` is `status="failed"`,
+        `failed=False` is `status="finished"`. The time range applies to the
+        call's start.
+        """
+        f = _filter(
+            conversation_id=conversation_id,
+            run_id=run_id,
+            tool_name=tool_name,
+            failed=failed,
+            since=since,
+            until=until,
+        )
+        return self._store.execute(self._ops.tool_executions(f, status, after, limit))
+
+    def supplied_and_repaired(
+        self,
+        *,
+        conversation_id: str | None = None,
+        run_id: str | None = None,
+        origin: Literal["client", "repair"] | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        after: str | None = None,
+        limit: int = DEFAULT_LIMIT,
+    ) -> Page[Event]:
+        """Every message a caller supplied (origin `client`) or repair synthesized (`repair`).
+
+        What a run produced has origin `run`; these are the others, so
+        evidence is never confused with content a caller asserted.
+        """
+        f = _filter(
+            conversation_id=conversation_id,
+            run_id=run_id,
+            kinds="message.recorded",
+            origin=origin or ("client", "repair"),
+            since=since,
+            until=until,
+        )
+        return self._store.execute(self._ops.events(f, after, limit))
+
+    def lineage(self, conversation_id: str) -> Lineage:
+        """The conversation's branches, forks in and out, and resumes."""
+        return self._store.execute(self._ops.lineage(conversation_id))
+
+
+class AsyncAudit:
+    """The async face of `Audit`: the same queries, as coroutines."""
+
+    def __init__(self, store: AsyncStore, tenant: str) -> None:
+        self._store = store
+        self._ops = _AuditOps(tenant)
+
+    async def events(
+        self,
+        *,
+        conversation_id: str | None = None,
+        run_id: str | None = None,
+        kinds: str | Sequence[str] | None = None,
+        tool_name: str | None = None,
+        origin: Origin | Sequence[Origin] | None = None,
+        failed: bool | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        after: str | None = None,
+        limit: int = DEFAULT_LIMIT,
+    ) -> Page[Event]:
+        """See `Audit.events`."""
+        f = _filter(
+            conversation_id=conversation_id,
+            run_id=run_id,
+            kinds=kinds,
+            origin=origin,
+            tool_name=tool_name,
+            failed=failed,
+            since=since,
+            until=until,
+        )
+        return await self._store.execute(self._ops.events(f, after, limit))
+
+    async def run_timeline(
+        self,
+        run_id: str,
+        *,
+        kinds: str | Sequence[str] | None = None,
+        after: str | None = None,
+        limit: int = DEFAULT_LIMIT,
+    ) -> Page[TimelineEntry]:
+        """See `Audit.run_timeline`."""
+        return await self._store.execute(self._ops.run_timeline(run_id, kinds, after, limit))
+
+    async def model_request(
+        self,
+        run_id: str,
+        request: int,
+        *,
+        instructions: str,
+        context: str = "",
+        history_processor: HistoryProcessor | None = None,
+    ) -> RecordedRequest:
+        """See `Audit.model_request`."""
+        op = self._ops.model_request(run_id, request, instructions, context, history_processor)
+        return await self._store.execute(op)
+
+    async def tool_executions(
+        self,
+        *,
+        conversation_id: str | None = None,
+        run_id: str | None = None,
+        tool_name: str | None = None,
+        status: ToolStatus | Sequence[ToolStatus] | None = None,
+        failed: bool | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        after: str | None = None,
+        limit: int = DEFAULT_LIMIT,
+    ) -> Page[ToolExecution]:
+        """See `Audit.tool_executions`."""
+        f = _filter(
+            conversation_id=conversation_id,
+            run_id=run_id,
+            tool_name=tool_name,
+            failed=failed,
+            since=since,
+            until=until,
+        )
+        return await self._store.execute(self._ops.tool_executions(f, status, after, limit))
+
+    async def supplied_and_repaired(
+        self,
+        *,
+        conversation_id: str | None = None,
+        run_id: str | None = None,
+        origin: Literal["client", "repair"] | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        after: str | None = None,
+        limit: int = DEFAULT_LIMIT,
+    ) -> Page[Event]:
+        """See `Audit.supplied_and_repaired`."""
+        f = _filter(
+            conversation_id=conversation_id,
+            run_id=run_id,
+            kinds="message.recorded",
+            origin=origin or ("client", "repair"),
+            since=since,
+            until=until,
+        )
+        return await self._store.execute(self._ops.events(f, after, limit))
+
+    async def lineage(self, conversation_id: str) -> Lineage:
+        """See `Audit.lineage`."""
+        return await self._store.execute(self._ops.lineage(conversation_id))
