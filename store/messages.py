@@ -61,6 +61,9 @@ class _Contract(BaseModel):
         serialize_by_alias=True,
         extra="allow",
         frozen=True,
+        # Message text is rarely repeated: interning it costs more than it saves
+        # when a whole history is parsed at once.
+        cache_strings="keys",
     )
 
 
