@@ -63,7 +63,8 @@ class ResumeWorker:
         lease_seconds: how long a claim or a run's lease lasts unrenewed.
         max_attempts: how many crashes a run's resume chain may have before
             it is given up and marked as needing attention.
-        protected_tools: tools that must not be re-run automatically.
+        protected_tools: tools that must not be re-run automatically, besides
+            the agent's tools declared with `rerun=False`.
     """
 
     def __init__(
@@ -83,7 +84,9 @@ class ResumeWorker:
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}"
         self.lease_seconds = lease_seconds
         self.max_attempts = max_attempts
-        self.protected_tools = frozenset(protected_tools)
+        self.protected_tools = frozenset(protected_tools) | {
+            t.name for t in agent.tools.values() if not t.rerun
+        }
 
     async def run_once(self, limit: int = 10) -> list[ResumeOutcome]:
         """Handle up to `limit` stale runs, claiming one at a time; return what happened.

@@ -70,11 +70,16 @@ class Tool:
         name: str | None = None,
         description: str | None = None,
         timeout: float | None = None,
+        rerun: bool = True,
     ) -> None:
         self.function = function
         self.name = name or function.__name__
         self.description = description or inspect.getdoc(function) or ""
         self.timeout = timeout
+        # False for a tool with side effects that must not happen twice: a
+        # crashed run that started it without recording its result is not
+        # resumed automatically (see engine.resume).
+        self.rerun = rerun
         self._model = _arguments_model(function, self.name)
 
     @property
@@ -137,11 +142,16 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     timeout: float | None = None,
+    rerun: bool = True,
 ) -> Any:
-    """Declare a tool; usable as `@tool` or `@tool(timeout=5)`."""
+    """Declare a tool; usable as `@tool` or `@tool(timeout=5, rerun=False)`.
+
+    `rerun=False` marks a tool whose side effects must not happen twice: a
+    crashed run that started it but recorded no result needs a person.
+    """
 
     def wrap(f: Callable[..., Any]) -> Tool:
-        return Tool(f, name=name, description=description, timeout=timeout)
+        return Tool(f, name=name, description=description, timeout=timeout, rerun=rerun)
 
     return wrap(function) if function is not None else wrap
 

@@ -219,3 +219,27 @@ def test_a_run_crashing_on_every_attempt_is_dead_lettered(
     rows = json.loads(listed.stdout)
     assert len(rows) == 1 and "crashed 2 times" in rows[0]["attention"]
     assert not any(r.status == "completed" for r in ledger.runs(conversation_id=conversation_id))
+
+
+def test_a_crash_inside_a_tool_that_must_not_rerun_needs_attention(
+    store: Store, ledger: Ledger
+) -> None:
+    from engine import Agent, tool
+    from engine.providers.scripted import ScriptedModel
+
+    @tool(name="weather", rerun=False)
+    def charge_card(city: str) -> str:
+        """Pretend this moves money."""
+        return city
+
+    conversation_id, run_id = crashed_run(ledger)  # weather oslo-1 started, never finished
+    wait_until_stale(store)
+    worker = ResumeWorker(
+        Agent(ScriptedModel(["never"]), tools=[charge_card]), store, lease_seconds=LEASE
+    )
+    (outcome,) = asyncio.run(worker.run_once())
+    assert outcome.action == "attention"
+    assert outcome.uncertain == ["oslo-1 (weather)"]
+    run = ledger.run(run_id)
+    assert run.attention is not None and "must not run twice" in run.attention
+    assert not any(r.resumes == run_id for r in ledger.runs(conversation_id=conversation_id))
