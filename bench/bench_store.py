@@ -31,7 +31,7 @@ from psycopg.types.json import Jsonb
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import libpq, machine, median_seconds, postgres_database, rate, write_section
-from store import Ledger, Message, NewEvent, Store, ToolCall
+from store import Ledger, Message, Store, ToolCall
 
 RESULTS = str(Path(__file__).resolve().parent / "RESULTS.md")
 TEXT = "The quick brown fox jumps over the lazy dog. " * 22  # ~1 KB
@@ -43,7 +43,9 @@ def chat_messages() -> list[Message]:
         Message(role="user", content=TEXT),
         Message(
             role="assistant",
-            tool_calls=[ToolCall(id="call-1", name="search", arguments=json.dumps({"q": TEXT[:900]}))],
+            tool_calls=[
+                ToolCall(id="call-1", name="search", arguments=json.dumps({"q": TEXT[:900]}))
+            ],
         ),
         Message(role="tool", tool_call_id="call-1", tool_name="search", content=TEXT),
         Message(role="assistant", content=TEXT),
@@ -156,14 +158,16 @@ class RawSqlite:
 
     def load(self, conversation: str) -> list[dict[str, Any]]:
         rows = self.conn.execute(
-            "SELECT payload FROM raw_messages WHERE conversation_id = ? ORDER BY id", (conversation,)
+            "SELECT payload FROM raw_messages WHERE conversation_id = ? ORDER BY id",
+            (conversation,),
         ).fetchall()
         return [json.loads(r[0]) for r in rows]
 
     def bytes_per_message(self, path: str) -> float:
-        return _sqlite_bytes(self.conn, ["raw_messages"]) / self.conn.execute(
-            "SELECT count(*) FROM raw_messages"
-        ).fetchone()[0]
+        return (
+            _sqlite_bytes(self.conn, ["raw_messages"])
+            / self.conn.execute("SELECT count(*) FROM raw_messages").fetchone()[0]
+        )
 
 
 def _sqlite_bytes(conn: sqlite3.Connection, tables: list[str]) -> float:
@@ -197,7 +201,9 @@ class Ours:
         return self.ledger.history(conversation)
 
 
-def interleaved(pairs: list[tuple[str, Callable[[], None]]], count: int, rounds: int) -> dict[str, float]:
+def interleaved(
+    pairs: list[tuple[str, Callable[[], None]]], count: int, rounds: int
+) -> dict[str, float]:
     """Median rate of each contender over `rounds`, alternating who goes first."""
     rates: dict[str, list[float]] = {name: [] for name, _ in pairs}
     for r in range(rounds):
@@ -243,17 +249,20 @@ def bulk_other_events(store: Store, count: int) -> None:
             branch_id = "printf('%08x-0000-7000-9000-%012x', 16777215, n / 1000)"
             event_id = "printf('%08x-0000-7000-a000-%012x', 16777215, n)"
             now = "strftime('%Y-%m-%d %H:%M:%f000', 'now')"
+            zero_hash = "zeroblob(32)"
         else:
             series = "SELECT n FROM generate_series(0, :last) AS n"
             conv_id = "('ffffffff-0000-7000-8000-' || lpad(to_hex(n / 1000), 12, '0'))::uuid"
             branch_id = "('ffffffff-0000-7000-9000-' || lpad(to_hex(n / 1000), 12, '0'))::uuid"
             event_id = "('ffffffff-0000-7000-a000-' || lpad(to_hex(n), 12, '0'))::uuid"
             now = "clock_timestamp()"
+            zero_hash = "decode(repeat('00', 32), 'hex')"
         conn.execute(
             sa.text(
                 f"INSERT INTO chatledger_events (id, conversation_id, branch_id, position, kind, "
-                f"origin, head, recorded_at, payload) SELECT {event_id}, {conv_id}, {branch_id}, "
-                f"n % 1000 + 1, 'message.recorded', 'client', false, {now}, '{payload}' "
+                f"origin, head, recorded_at, payload, hash) SELECT {event_id}, {conv_id}, "
+                f"{branch_id}, n % 1000 + 1, 'message.recorded', 'client', false, {now}, "
+                f"'{payload}', {zero_hash} "
                 f"FROM ({series}) AS g"
             ),
             {"last": conversations * 1000 - 1},
@@ -274,8 +283,13 @@ def _literal_min(sqlite: bool) -> str:
 
 
 def our_bytes_per_message(store: Store, messages: int) -> float:
-    tables = ["chatledger_conversations", "chatledger_branches", "chatledger_events",
-              "chatledger_runs", "chatledger_view_entries"]
+    tables = [
+        "chatledger_conversations",
+        "chatledger_branches",
+        "chatledger_events",
+        "chatledger_runs",
+        "chatledger_view_entries",
+    ]
     with store.engine.connect() as conn:
         if conn.dialect.name == "sqlite":
             raw = conn.connection.dbapi_connection
@@ -298,20 +312,38 @@ def run_backend(name: str, url: str, raw: Any, quick: bool) -> list[tuple[str, s
     raw_conv = str(uuid.uuid4())
     our_conv = ours.ledger.create_conversation().id
     rates = interleaved(
-        [("raw", lambda: raw.append(raw_conv)), ("ours", lambda: ours.append(our_conv))], count, rounds
+        [("raw", lambda: raw.append(raw_conv)), ("ours", lambda: ours.append(our_conv))],
+        count,
+        rounds,
     )
     target = 0.6 if name == "Postgres" else 0.5
     ratio = rates["ours"] / rates["raw"]
-    rows.append(("chat-loop append, 1 message/transaction (msg/s)", f"{rates['raw']:.0f}",
-                 f"{rates['ours']:.0f}", _verdict(ratio, f">= {target}x", ratio >= target)))
+    rows.append(
+        (
+            "chat-loop append, 1 message/transaction (msg/s)",
+            f"{rates['raw']:.0f}",
+            f"{rates['ours']:.0f}",
+            _verdict(ratio, f">= {target}x", ratio >= target),
+        )
+    )
 
     rates = interleaved(
-        [("raw", lambda: raw.append_batch(raw_conv)), ("ours", lambda: ours.append_batch(our_conv))],
-        max(10, count // 10), rounds,
+        [
+            ("raw", lambda: raw.append_batch(raw_conv)),
+            ("ours", lambda: ours.append_batch(our_conv)),
+        ],
+        max(10, count // 10),
+        rounds,
     )
     ratio = rates["ours"] / rates["raw"]
-    rows.append(("batched append, 10 messages/call (calls/s)", f"{rates['raw']:.0f}",
-                 f"{rates['ours']:.0f}", _verdict(ratio, ">= 0.6x", ratio >= 0.6)))
+    rows.append(
+        (
+            "batched append, 10 messages/call (calls/s)",
+            f"{rates['raw']:.0f}",
+            f"{rates['ours']:.0f}",
+            _verdict(ratio, ">= 0.6x", ratio >= 0.6),
+        )
+    )
 
     # A 1,000-message head on each side.
     raw_head, our_head = str(uuid.uuid4()), ours.ledger.create_conversation().id
@@ -323,8 +355,14 @@ def run_backend(name: str, url: str, raw: Any, quick: bool) -> list[tuple[str, s
     raw_load = median_seconds(lambda: raw.load(raw_head), repeats)
     our_load = median_seconds(lambda: ours.load(our_head), repeats)
     ratio = our_load / raw_load
-    rows.append(("load a 1,000-message head history (ms)", f"{raw_load * 1000:.1f}",
-                 f"{our_load * 1000:.1f}", _verdict(ratio, "<= 1.5x", ratio <= 1.5)))
+    rows.append(
+        (
+            "load a 1,000-message head history (ms)",
+            f"{raw_load * 1000:.1f}",
+            f"{our_load * 1000:.1f}",
+            _verdict(ratio, "<= 1.5x", ratio <= 1.5),
+        )
+    )
 
     # Storage: a fresh database holding only the same 1,000-message conversation... the
     # raw table holds the chat-loop rows too, so compare bytes per message on each side.
@@ -335,8 +373,14 @@ def run_backend(name: str, url: str, raw: Any, quick: bool) -> list[tuple[str, s
         ).scalar_one()
     our_bytes = our_bytes_per_message(ours.store, messages)
     ratio = our_bytes / raw_bytes
-    rows.append(("storage per message, all tables and indexes (bytes)", f"{raw_bytes:.0f}",
-                 f"{our_bytes:.0f}", _verdict(ratio, "<= 1.5x", ratio <= 1.5)))
+    rows.append(
+        (
+            "storage per message, all tables and indexes (bytes)",
+            f"{raw_bytes:.0f}",
+            f"{our_bytes:.0f}",
+            _verdict(ratio, "<= 1.5x", ratio <= 1.5),
+        )
+    )
 
     # Append cost as a conversation grows from 10 to 1,000 messages.
     small, large = ours.ledger.create_conversation().id, ours.ledger.create_conversation().id
@@ -344,11 +388,18 @@ def run_backend(name: str, url: str, raw: Any, quick: bool) -> list[tuple[str, s
     grow(ours.ledger, large, 1000)
     rates = interleaved(
         [("small", lambda: ours.append(small)), ("large", lambda: ours.append(large))],
-        count // 2, rounds,
+        count // 2,
+        rounds,
     )
     ratio = rates["small"] / rates["large"]
-    rows.append(("append at 10 vs 1,000 messages (msg/s)", f"{rates['small']:.0f}",
-                 f"{rates['large']:.0f}", _verdict(ratio, "flat (<= 1.2x)", ratio <= 1.2)))
+    rows.append(
+        (
+            "append at 10 vs 1,000 messages (msg/s)",
+            f"{rates['small']:.0f}",
+            f"{rates['large']:.0f}",
+            _verdict(ratio, "flat (<= 1.2x)", ratio <= 1.2),
+        )
+    )
 
     # Lineage crossing 1 vs 200 branches (failed runs along the way).
     flat = ours.ledger.create_conversation().id
@@ -357,8 +408,14 @@ def run_backend(name: str, url: str, raw: Any, quick: bool) -> list[tuple[str, s
     flat_load = median_seconds(lambda: ours.load(flat), repeats)
     deep_load = median_seconds(lambda: ours.load(deep), repeats)
     ratio = deep_load / flat_load
-    rows.append(("load, lineage of 1 vs 200 branches (ms)", f"{flat_load * 1000:.1f}",
-                 f"{deep_load * 1000:.1f}", _verdict(ratio, "<= 1.2x", ratio <= 1.2)))
+    rows.append(
+        (
+            "load, lineage of 1 vs 200 branches (ms)",
+            f"{flat_load * 1000:.1f}",
+            f"{deep_load * 1000:.1f}",
+            _verdict(ratio, "<= 1.2x", ratio <= 1.2),
+        )
+    )
 
     # Load with ~10 thousand vs 1 million other events in the database.
     before = median_seconds(lambda: ours.load(our_head), repeats)
@@ -366,8 +423,14 @@ def run_backend(name: str, url: str, raw: Any, quick: bool) -> list[tuple[str, s
     after = median_seconds(lambda: ours.load(our_head), repeats)
     ratio = after / before
     others = "100 thousand" if quick else "1 million"
-    rows.append((f"load with ~10 thousand vs {others} other events (ms)", f"{before * 1000:.1f}",
-                 f"{after * 1000:.1f}", _verdict(ratio, "<= 1.2x", ratio <= 1.2)))
+    rows.append(
+        (
+            f"load with ~10 thousand vs {others} other events (ms)",
+            f"{before * 1000:.1f}",
+            f"{after * 1000:.1f}",
+            _verdict(ratio, "<= 1.2x", ratio <= 1.2),
+        )
+    )
     ours.store.close()
     return rows
 
@@ -402,8 +465,8 @@ def main() -> int:
     body.append(
         "Durability: Postgres with fsync and synchronous_commit as shown (every commit is "
         "flushed); SQLite in WAL mode with synchronous=FULL on both sides (chatledger's "
-        "default, `durability=\"full\"`). One client, ~1 KB chat messages (user text, "
-        "assistant tool call, tool result, assistant text). The rows marked \"raw\" are psycopg 3 / "
+        'default, `durability="full"`). One client, ~1 KB chat messages (user text, '
+        'assistant tool call, tool result, assistant text). The rows marked "raw" are psycopg 3 / '
         "sqlite3 on a single table of (id, conversation id, payload, created_at) with an index on "
         "(conversation id, id); in the growth rows both columns are chatledger."
         + (" Quick run (--quick): smaller counts." if args.quick else "")

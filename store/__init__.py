@@ -26,6 +26,7 @@ from store._values import (
     Run,
     RunCursor,
 )
+from store._verify import Verification
 from store.audit import (
     Lineage,
     LineageBranch,
@@ -107,6 +108,7 @@ __all__ = [
     "UnsafePart",
     "UrlPart",
     "Usage",
+    "Verification",
     "__version__",
     "budget_history",
     "from_pairs",

@@ -28,19 +28,20 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
+from store import _chain
 from store._values import NewEvent
 from store.ids import new_id
 
 __all__ = ["InPlace", "append_in_place", "head_payloads", "one_statement", "supported"]
 
 _APPEND = """
-WITH c AS (
-    SELECT id, head_branch_id, head_position, head_open
+WITH RECURSIVE c AS (
+    SELECT id, head_branch_id, head_position, head_open, head_hash
     FROM chatledger_conversations
     WHERE id = %(cid)s AND tenant = %(tenant)s
     FOR UPDATE
 ), ok AS (
-    SELECT id, head_branch_id, head_position FROM c
+    SELECT id, head_branch_id, head_position, head_hash FROM c
     WHERE head_open
       AND (%(expected)s::int IS NULL OR head_position = %(expected)s::int)
       AND (%(key)s::text IS NULL OR NOT EXISTS (
@@ -49,53 +50,77 @@ WITH c AS (
 ), new AS (
     SELECT * FROM unnest(%(ids)s::uuid[], %(kinds)s::text[], %(origins)s::text[],
                          %(payloads)s::text[]) WITH ORDINALITY AS n(id, kind, origin, payload, ord)
+), chain (ord, hash) AS (
+    SELECT 0::bigint, ok.head_hash FROM ok
+    UNION ALL
+    SELECT new.ord, sha256(chain.hash || {content})
+    FROM chain JOIN new ON new.ord = chain.ord + 1 CROSS JOIN ok
 ), ins AS (
     INSERT INTO chatledger_events (id, conversation_id, branch_id, position, run_id, kind,
-                                   origin, head, recorded_at, idempotency_key, payload)
+                                   origin, head, recorded_at, idempotency_key, payload, hash)
     SELECT new.id, ok.id, ok.head_branch_id, ok.head_position + new.ord::int, %(run_id)s::uuid,
            new.kind, new.origin, new.ord = %(count)s, clock_timestamp(),
-           CASE WHEN new.ord = 1 THEN %(key)s::text END, new.payload
-    FROM ok CROSS JOIN new
+           CASE WHEN new.ord = 1 THEN %(key)s::text END, new.payload, chain.hash
+    FROM ok CROSS JOIN new JOIN chain ON chain.ord = new.ord
     ORDER BY new.ord
-    RETURNING seq, position, kind, recorded_at
+    RETURNING seq, position, kind, recorded_at, hash
 ), view AS (
     INSERT INTO chatledger_view_entries (conversation_id, position, event_seq)
     SELECT %(cid)s, position, seq FROM ins WHERE kind = 'message.recorded'
 ), moved AS (
     UPDATE chatledger_conversations AS t
-    SET head_position = ok.head_position + %(count)s, head_open = true
+    SET head_position = ok.head_position + %(count)s, head_open = true,
+        head_hash = (SELECT hash FROM chain WHERE ord = %(count)s)
     FROM ok WHERE t.id = ok.id
 )
-SELECT c.head_branch_id, c.head_position, ins.seq, ins.position, ins.recorded_at, ins.kind
+SELECT c.head_branch_id, c.head_position, ins.seq, ins.position, ins.recorded_at, ins.kind,
+       ins.hash
 FROM c LEFT JOIN ins ON true
 ORDER BY ins.position
-"""
+""".replace(
+    "{content}",
+    _chain.content_sql(
+        id="new.id",
+        conversation_id="ok.id",
+        branch_id="ok.head_branch_id",
+        position="ok.head_position + new.ord::int",
+        run_id="%(run_id)s::uuid",
+        kind="new.kind",
+        origin="new.origin",
+        head="new.ord = %(count)s",
+        idempotency_key="CASE WHEN new.ord = 1 THEN %(key)s::text END",
+        payload="new.payload",
+    ),
+)
 
 
 @dataclass(frozen=True)
 class InPlace:
-    """What the in-place append wrote: ids and (seq, position, recorded_at) per event."""
+    """What the in-place append wrote: ids and (seq, position, recorded_at, hash) per event."""
 
     branch_id: str
     ids: list[str]
-    written: list[tuple[int, int, datetime]]
+    written: list[tuple[int, int, datetime, bytes]]
 
 
 _SQLITE_HEAD = (
-    "SELECT head_branch_id, head_position, head_open FROM chatledger_conversations "
+    "SELECT head_branch_id, head_position, head_open, head_hash FROM chatledger_conversations "
     "WHERE id = ? AND tenant = ?"
 )
 _SQLITE_KEY = "SELECT 1 FROM chatledger_events WHERE conversation_id = ? AND idempotency_key = ?"
 _SQLITE_INSERT = (
     "INSERT INTO chatledger_events (id, conversation_id, branch_id, position, run_id, kind, "
-    "origin, head, recorded_at, idempotency_key, payload) VALUES {values} "
+    "origin, head, recorded_at, idempotency_key, payload, hash) VALUES {values} "
     "RETURNING seq, position, recorded_at"
 )
-_SQLITE_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, chatledger_now(), ?, ?)"
+_SQLITE_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, chatledger_now(), ?, ?, ?)"
 _SQLITE_VIEW = (
     "INSERT INTO chatledger_view_entries (conversation_id, position, event_seq) VALUES {values}"
 )
-_SQLITE_MOVE = "UPDATE chatledger_conversations SET head_position = ?, head_open = 1 WHERE id = ?"
+_SQLITE_MOVE = (
+    "UPDATE chatledger_conversations SET head_position = ?, head_open = 1, head_hash = ? "
+    "WHERE id = ?"
+)
 
 
 def one_statement(conn: Connection) -> bool:
@@ -148,7 +173,7 @@ def append_in_place(
     return InPlace(
         branch_id=str(rows[0].head_branch_id),
         ids=ids,
-        written=[(r.seq, r.position, r.recorded_at) for r in rows],
+        written=[(r.seq, r.position, r.recorded_at, bytes(r.hash)) for r in rows],
     )
 
 
@@ -186,7 +211,7 @@ def _sqlite_write(
     head = cursor.fetchone()
     if head is None or not head[2]:
         return None
-    branch_id, start = head[0], head[1]
+    branch_id, start, previous = head[0], head[1], bytes(head[3])
     if expected is not None and start != expected:
         return None
     if key is not None:
@@ -195,8 +220,9 @@ def _sqlite_write(
             return None
     last = len(encoded)
     params: list[object] = []
+    hashes: dict[int, bytes] = {}
     for i, (item, text) in enumerate(encoded, 1):
-        params += [
+        fields = (
             ids[i - 1],
             conversation_id,
             branch_id,
@@ -207,16 +233,21 @@ def _sqlite_write(
             i == last,
             key if i == 1 else None,
             text,
-        ]
+        )
+        previous = hashes[start + i] = _chain.link(
+            previous, _chain.content(**dict(zip(_chain.FIELDS, fields, strict=True)))
+        )
+        params += [*fields, previous]
     values = ", ".join([_SQLITE_ROW] * last)
     cursor.execute(_SQLITE_INSERT.format(values=values), params)
     rows = cursor.fetchall()
     written = sorted(
-        (seq, position, datetime.fromisoformat(recorded_at)) for seq, position, recorded_at in rows
+        (seq, position, datetime.fromisoformat(recorded_at), hashes[position])
+        for seq, position, recorded_at in rows
     )
     views = [
         (conversation_id, position, seq)
-        for (seq, position, _), (item, _) in zip(written, encoded, strict=True)
+        for (seq, position, _, _), (item, _) in zip(written, encoded, strict=True)
         if item.kind == "message.recorded"
     ]
     if views:
@@ -224,7 +255,7 @@ def _sqlite_write(
             _SQLITE_VIEW.format(values=", ".join(["(?, ?, ?)"] * len(views))),
             [v for row in views for v in row],
         )
-    cursor.execute(_SQLITE_MOVE, (start + last, conversation_id))
+    cursor.execute(_SQLITE_MOVE, (start + last, previous, conversation_id))
     return InPlace(branch_id=branch_id, ids=ids, written=written)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Row
 
-from store import _fastpath, projector
+from store import _chain, _fastpath, projector
 from store._dialect import db_now, for_update
 from store._errors import ConflictError, InvalidInputError, NotFoundError
 from store._values import (
@@ -49,6 +49,7 @@ __all__ = [
     "list_conversations",
     "list_events",
     "move_head",
+    "previous_hash",
     "resolve_position",
 ]
 
@@ -145,6 +146,7 @@ def event_from_row(row: Row[Any]) -> Event:
         recorded_at=utc(m["recorded_at"]),
         idempotency_key=m["idempotency_key"],
         payload_json=m["payload"],
+        hash=bytes(m["hash"]),
     )
 
 
@@ -212,6 +214,14 @@ def create_conversation(
             "position": fork_point.position,
         }
     position = parent_position + 1
+    (created,) = insert_events(
+        conn,
+        conversation_id,
+        branch_id,
+        position,
+        [(NewEvent("conversation.created", payload, origin="client"), canonical_json(payload))],
+        head=True,
+    )
     conn.execute(
         conversations.insert().values(
             id=conversation_id,
@@ -219,20 +229,13 @@ def create_conversation(
             head_branch_id=branch_id,
             head_position=position,
             head_open=True,
+            head_hash=created.hash,
             created_at=db_now(conn),
             metadata=meta_text,
             forked_from_conversation_id=fork_point.conversation_id if fork_point else None,
             forked_from_branch_id=fork_point.branch_id if fork_point else None,
             forked_from_position=fork_point.position if fork_point else None,
         )
-    )
-    insert_events(
-        conn,
-        conversation_id,
-        branch_id,
-        position,
-        [(NewEvent("conversation.created", payload, origin="client"), canonical_json(payload))],
-        head=True,
     )
     if fork_point:
         projector.fill_view(conn, conversation_id, Position(branch_id, position))
@@ -403,6 +406,9 @@ def insert_events(
         }
         for i, (item, text) in enumerate(encoded)
     ]
+    previous = previous_hash(conn, conversation_id, branch_id, first_position)
+    for row in rows:
+        row["hash"] = previous = _chain.link(previous, _chain.content(**_chained(row)))
     stmt = (
         events.insert()
         .values(recorded_at=db_now(conn))
@@ -423,9 +429,58 @@ def insert_events(
             recorded_at=utc(recorded_at),
             idempotency_key=r["idempotency_key"],
             payload_json=r["payload"],
+            hash=r["hash"],
         )
         for r, (seq, recorded_at) in zip(rows, result, strict=True)
     ]
+
+
+_CHAINED = (
+    "id",
+    "conversation_id",
+    "branch_id",
+    "position",
+    "run_id",
+    "kind",
+    "origin",
+    "head",
+    "idempotency_key",
+    "payload",
+)
+
+
+def _chained(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: row[k] for k in _CHAINED}
+
+
+def previous_hash(conn: Connection, conversation_id: str, branch_id: str, position: int) -> bytes:
+    """The hash an event at `position` of `branch_id` chains to (see `store._chain`)."""
+    found = conn.execute(
+        sa.select(events.c.hash).where(
+            events.c.conversation_id == conversation_id,
+            events.c.branch_id == branch_id,
+            events.c.position == position - 1,
+        )
+    ).scalar()
+    if found is not None:
+        return bytes(found)
+    # The branch's first event chains into the point its branch continues.
+    parent = branches.alias("parent")
+    row = conn.execute(
+        sa.select(parent.c.conversation_id, branches.c.parent_branch_id, branches.c.parent_position)
+        .select_from(branches.join(parent, parent.c.id == branches.c.parent_branch_id))
+        .where(branches.c.id == branch_id)
+    ).first()
+    if row is None:
+        return _chain.GENESIS
+    found = conn.execute(
+        sa.select(events.c.hash).where(
+            events.c.conversation_id == row[0],
+            events.c.branch_id == row[1],
+            events.c.position == row[2],
+        )
+    ).scalar()
+    return _chain.GENESIS if found is None else bytes(found)
 
 
 def _replayed(
@@ -511,7 +566,8 @@ def append_messages(
         head=True,
     )
     new_head = Position(branch_id, written[-1].position)
-    set_head(conn, conv, new_head, [e for e in written if e.kind == "message.recorded"])
+    messages = [e for e in written if e.kind == "message.recorded"]
+    set_head(conn, conv, new_head, messages, written[-1].hash)
     return Appended(conv.id, written, new_head)
 
 
@@ -569,8 +625,9 @@ def _in_place(
             recorded_at=utc(recorded_at),
             idempotency_key=idempotency_key if i == 0 else None,
             payload_json=text,
+            hash=event_hash,
         )
-        for i, (event_id, (seq, position, recorded_at), (item, text)) in enumerate(
+        for i, (event_id, (seq, position, recorded_at, event_hash), (item, text)) in enumerate(
             zip(done.ids, done.written, encoded, strict=True)
         )
     ]
@@ -578,9 +635,17 @@ def _in_place(
 
 
 def set_head(
-    conn: Connection, conv: Conversation, new_head: Position, appended: Sequence[Event]
+    conn: Connection,
+    conv: Conversation,
+    new_head: Position,
+    appended: Sequence[Event],
+    head_hash: bytes,
 ) -> None:
-    """Move the head row and its view. `appended` are message events just added at it."""
+    """Move the head row and its view.
+
+    `appended` are message events just added at the head; `head_hash` is the
+    hash of the new head's event (the conversation's chain head).
+    """
     if new_head.branch_id == conv.head.branch_id and all(
         e.position > conv.head.position for e in appended
     ):
@@ -592,7 +657,12 @@ def set_head(
     conn.execute(
         conversations.update()
         .where(conversations.c.id == conv.id)
-        .values(head_branch_id=new_head.branch_id, head_position=new_head.position, head_open=True)
+        .values(
+            head_branch_id=new_head.branch_id,
+            head_position=new_head.position,
+            head_open=True,
+            head_hash=head_hash,
+        )
     )
 
 
@@ -637,7 +707,7 @@ def move_head(
         [(NewEvent("head.moved", payload, origin="client"), canonical_json(payload))],
         head=True,
     )
-    set_head(conn, conv, Position(branch_id, moved.position), [])
+    set_head(conn, conv, Position(branch_id, moved.position), [], moved.hash)
     return get_conversation(conn, tenant, conversation_id)
 
 

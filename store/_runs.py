@@ -372,9 +372,8 @@ def end_run(
     )
     if status != "completed":
         return None, conflict
-    _log.set_head(
-        conn, conv, Position(cursor.branch_id, ended.position), _appended_messages(conn, conv, run)
-    )
+    appended = _appended_messages(conn, conv, run)
+    _log.set_head(conn, conv, Position(cursor.branch_id, ended.position), appended, ended.hash)
     return _log.get_conversation(conn, tenant, conv.id), None
 
 

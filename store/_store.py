@@ -17,7 +17,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.ext.asyncio import create_async_engine as sa_create_async_engine
 
-from store import _fastpath, _log, _migrate, _runs, projector
+from store import _fastpath, _log, _migrate, _runs, _verify, projector
 from store._dialect import WRITE, Durability, create_engine, install_sqlite_hooks, normalize_url
 from store._errors import ConflictError, InvalidInputError, SchemaError
 from store._translate import translating
@@ -31,6 +31,7 @@ from store._values import (
     RunCursor,
     RunStatus,
 )
+from store._verify import Verification
 from store.history import normalize_history
 from store.messages import Message, Usage, load_messages
 
@@ -269,6 +270,13 @@ class _Ops:
             ),
         )
 
+    def verify(self, conversation_ids: list[str] | None) -> Op[list[Verification]]:
+        return Op(
+            "verifying hash chains",
+            False,
+            lambda c: _verify.verify_many(c, self.tenant, conversation_ids),
+        )
+
     def claim_stale_runs(
         self, owner: str, limit: int, lease_seconds: float, max_attempts: int
     ) -> Op[list[tuple[Run, RunCursor]]]:
@@ -418,6 +426,16 @@ class Store:
                     lease_seconds=lease_seconds,
                     max_attempts=max_attempts,
                 ),
+            )
+        )
+
+    def verify(self, progress: Callable[[Verification], None] | None = None) -> list[Verification]:
+        """Recompute the hash chain of every conversation of every tenant."""
+        return self.execute(
+            Op(
+                "verifying hash chains",
+                False,
+                lambda c: _verify.verify_many(c, None, None, progress),
             )
         )
 
@@ -636,6 +654,17 @@ class Ledger:
                 attention=attention,
             )
         )
+
+    def verify(self, conversation_id: str) -> Verification:
+        """Recompute one conversation's hash chain; say where it first breaks."""
+        results = self._store.execute(self._ops.verify([conversation_id]))
+        if not results:
+            self.conversation(conversation_id)  # raises NotFoundError
+        return results[0]
+
+    def verify_all(self) -> list[Verification]:
+        """Recompute the hash chain of every conversation of this tenant."""
+        return self._store.execute(self._ops.verify(None))
 
     def renew_lease(self, cursor: RunCursor, seconds: float = 60.0) -> None:
         """Extend the run's lease by `seconds` of the database's clock."""
@@ -922,6 +951,17 @@ class AsyncLedger:
                 attention=attention,
             )
         )
+
+    async def verify(self, conversation_id: str) -> Verification:
+        """See `Ledger.verify`."""
+        results = await self._store.execute(self._ops.verify([conversation_id]))
+        if not results:
+            await self.conversation(conversation_id)  # raises NotFoundError
+        return results[0]
+
+    async def verify_all(self) -> list[Verification]:
+        """See `Ledger.verify_all`."""
+        return await self._store.execute(self._ops.verify(None))
 
     async def renew_lease(self, cursor: RunCursor, seconds: float = 60.0) -> None:
         """See `Ledger.renew_lease`."""

@@ -104,6 +104,8 @@ class Event:
     recorded_at: datetime
     idempotency_key: str | None
     payload_json: str = field(repr=False)
+    hash: bytes = field(default=b"", repr=False)
+    """sha256 chained to the previous event of the lineage (see `store._chain`)."""
 
     @property
     def payload(self) -> dict[str, Any]:

@@ -198,10 +198,20 @@ def rebuild_views(
     heads = conn.execute(query).all()
     for done, (conversation_id, branch_id, position) in enumerate(heads, 1):
         _fill_view(conn, conversation_id, lineage(conn, Position(branch_id, position)))
+        head_hash = conn.execute(
+            sa.select(events.c.hash).where(
+                events.c.conversation_id == conversation_id,
+                events.c.branch_id == branch_id,
+                events.c.position == position,
+            )
+        ).scalar_one()
         conn.execute(
             conversations.update()
             .where(conversations.c.id == conversation_id)
-            .values(head_open=head_is_open(conn, conversation_id, Position(branch_id, position)))
+            .values(
+                head_open=head_is_open(conn, conversation_id, Position(branch_id, position)),
+                head_hash=head_hash,
+            )
         )
         if progress is not None:
             progress(done, len(heads))

@@ -32,11 +32,11 @@ def view_rows(conn: sa.Connection, ids: list[str]) -> list[tuple[object, ...]]:
         .order_by(view_entries.c.conversation_id, view_entries.c.position)
     ).all()
     flags = conn.execute(
-        sa.select(conversations.c.id, conversations.c.head_open)
+        sa.select(conversations.c.id, conversations.c.head_open, conversations.c.head_hash)
         .where(conversations.c.id.in_(ids))
         .order_by(conversations.c.id)
     ).all()
-    return [tuple(r) for r in rows] + [(i, bool(f)) for i, f in flags]
+    return [tuple(r) for r in rows] + [(i, bool(f), bytes(h)) for i, f, h in flags]
 
 
 def apply(store: Store, ops: list[tuple[str, int]]) -> list[str]:

@@ -74,6 +74,7 @@ def upgrade() -> None:
         sa.Column("head_branch_id", Id, nullable=False),
         sa.Column("head_position", sa.Integer(), nullable=False),
         sa.Column("head_open", sa.Boolean(), nullable=False),
+        sa.Column("head_hash", sa.LargeBinary(length=32), nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("metadata", sa.Text(), nullable=False),
         sa.Column("forked_from_conversation_id", Id, nullable=True),
@@ -109,6 +110,7 @@ def upgrade() -> None:
         sa.Column("recorded_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("idempotency_key", sa.String(length=200), nullable=True),
         sa.Column("payload", sa.Text(), nullable=False),
+        sa.Column("hash", sa.LargeBinary(length=32), nullable=False),
         sa.CheckConstraint(
             "origin IN ('run', 'client', 'repair')", name=op.f("ck_chatledger_events_origin")
         ),

@@ -1,0 +1,134 @@
+"""Tamper evidence: the hash chain, recomputed by `verify`, on both backends."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+import sqlalchemy as sa
+
+from store import Ledger, Message, NewEvent, NotFoundError, Position, Store
+from store.schema import events
+
+
+def populate(ledger: Ledger) -> tuple[str, str]:
+    conv = ledger.create_conversation({"who": "auditor"})
+    ledger.append_messages(
+        conv.id, [Message(role="user", content="one"), Message(role="assistant", content="two")]
+    )
+    cursor = ledger.start_run(conv.id, owner="v")
+    _, cursor = ledger.record(
+        cursor, [NewEvent.of_message(Message(role="assistant", content="three"))]
+    )
+    ledger.complete_run(cursor)
+    failing = ledger.start_run(conv.id, owner="v")
+    ledger.fail_run(failing, stage="model", error="x")
+    ledger.append_messages(conv.id, [Message(role="user", content="after a failed run")])
+    ledger.move_head(conv.id, 3)
+    fork = ledger.fork(conv.id)
+    ledger.append_messages(fork.id, [Message(role="user", content="in the fork")])
+    return conv.id, fork.id
+
+
+@contextmanager
+def triggers_off(store: Store) -> Iterator[sa.Connection]:
+    """What a superuser can do: bypass the append-only triggers."""
+    with store.engine.begin() as conn:
+        if conn.dialect.name == "sqlite":
+            conn.exec_driver_sql("DROP TRIGGER chatledger_events_no_update")
+            conn.exec_driver_sql("DROP TRIGGER chatledger_events_no_delete")
+            yield conn
+            conn.exec_driver_sql(
+                "CREATE TRIGGER chatledger_events_no_update BEFORE UPDATE ON chatledger_events "
+                "BEGIN SELECT RAISE(ABORT, 'append-only'); END"
+            )
+            conn.exec_driver_sql(
+                "CREATE TRIGGER chatledger_events_no_delete BEFORE DELETE ON chatledger_events "
+                "BEGIN SELECT RAISE(ABORT, 'append-only'); END"
+            )
+        else:
+            conn.exec_driver_sql(
+                "ALTER TABLE chatledger_events DISABLE TRIGGER chatledger_events_no_change"
+            )
+            yield conn
+            conn.exec_driver_sql(
+                "ALTER TABLE chatledger_events ENABLE TRIGGER chatledger_events_no_change"
+            )
+
+
+def test_an_untouched_log_verifies_clean(ledger: Ledger) -> None:
+    conv, fork = populate(ledger)
+    results = {r.conversation_id: r for r in ledger.verify_all()}
+    assert results[conv].ok and results[fork].ok
+    assert results[conv].checked == len(ledger.events(conversation_id=conv))
+    assert results[conv].head_digest != results[fork].head_digest
+
+
+def test_a_changed_payload_is_found_and_named(store: Store, ledger: Ledger) -> None:
+    conv, fork = populate(ledger)
+    victim = next(
+        e for e in ledger.events(conversation_id=conv) if e.message and e.message.content == "two"
+    )
+    with triggers_off(store) as conn:
+        conn.execute(
+            events.update()
+            .where(events.c.seq == victim.seq)
+            .values(payload='{"role":"user","content":"forged"}')
+        )
+    result = ledger.verify(conv)
+    assert not result.ok and result.event_seq == victim.seq and result.event_id == victim.id
+    assert f"Event {victim.seq}" in (result.problem or "")
+    assert ledger.verify(fork).ok  # the fork's own events are intact
+
+
+@pytest.mark.parametrize("which", ["middle", "tail"])
+def test_a_deleted_event_is_found(store: Store, ledger: Ledger, which: str) -> None:
+    conv, _ = populate(ledger)
+    log = ledger.events(conversation_id=conv)
+    head = ledger.conversation(conv).head
+    victim = (
+        log[2]
+        if which == "middle"
+        else next(e for e in log if (e.branch_id, e.position) == (head.branch_id, head.position))
+    )
+    with triggers_off(store) as conn:
+        conn.execute(events.delete().where(events.c.seq == victim.seq))
+    result = ledger.verify(conv)
+    assert not result.ok and "missing" in (result.problem or "")
+
+
+def test_chains_cross_into_a_forks_source(ledger: Ledger) -> None:
+    conv, fork = populate(ledger)
+    first_of_fork = ledger.events(conversation_id=fork)[0]
+    point = ledger.conversation(fork).forked_from
+    assert point is not None
+    source = next(
+        e
+        for e in ledger.events(conversation_id=conv)
+        if (e.branch_id, e.position) == (point.branch_id, point.position)
+    )
+    from store import _chain
+    from store._log import _CHAINED
+
+    fields = {
+        name: getattr(first_of_fork, name if name != "payload" else "payload_json")
+        for name in _CHAINED
+    }
+    assert first_of_fork.hash == _chain.link(source.hash, _chain.content(**fields))
+
+
+def test_verify_of_another_tenants_conversation_is_not_found(store: Store, ledger: Ledger) -> None:
+    conv, _ = populate(ledger)
+    with pytest.raises(NotFoundError):
+        store.tenant("intruder").verify(conv)
+    assert store.tenant("intruder").verify_all() == []
+
+
+def test_head_digest_is_the_head_events_hash(ledger: Ledger) -> None:
+    conv, _ = populate(ledger)
+    head = ledger.conversation(conv).head
+    event = next(
+        e for e in ledger.events(conversation_id=conv) if Position(e.branch_id, e.position) == head
+    )
+    assert ledger.verify(conv).head_digest == event.hash.hex()
