@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from engine._audit_cli import add_audit_parser
 from store import ChatledgerError, Message, Store, __version__
 
 EXIT_ERROR = 1
@@ -96,6 +97,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-attempts", type=int, default=3)
     p.set_defaults(handler=_resume)
 
+    p = sub.add_parser(
+        "verify",
+        parents=[common, output],
+        help="recompute the hash chains and name the first event that does not match",
+    )
+    p.add_argument("--conversation", help="only this conversation (of --tenant)")
+    p.add_argument("--tenant", help="only this tenant's conversations")
+    p.set_defaults(handler=_verify)
+
     p = sub.add_parser("rebuild", parents=[common], help="recompute every view from the events")
     p.set_defaults(handler=_rebuild)
 
@@ -105,6 +115,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=os.environ.get("CHATLEDGER_MODEL", "gpt-4o-mini"))
     p.add_argument("--conversation", help="continue this conversation")
     p.set_defaults(handler=_chat)
+
+    add_audit_parser(sub, common, tenant, output)
     return parser
 
 
@@ -218,6 +230,45 @@ def _resume(args: argparse.Namespace) -> int:
 
         asyncio.run(serve())
     return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    with _open(args) as store:
+        if args.conversation:
+            results = [store.tenant(args.tenant or "default").verify(args.conversation)]
+        elif args.tenant:
+            results = store.tenant(args.tenant).verify_all()
+        else:
+            results = store.verify()
+    broken = [r for r in results if not r.ok]
+    if args.json:
+        print(
+            json.dumps(
+                [
+                    {
+                        "conversation": r.conversation_id,
+                        "ok": r.ok,
+                        "checked": r.checked,
+                        "headDigest": r.head_digest,
+                        "problem": r.problem,
+                        "eventSeq": r.event_seq,
+                        "eventId": r.event_id,
+                    }
+                    for r in results
+                ]
+            )
+        )
+    else:
+        for r in broken:
+            print(f"conversation {r.conversation_id}: {r.problem}")
+        checked = sum(r.checked for r in results)
+        if not broken:
+            print(
+                f"Verified {len(results)} conversations, {checked} events: every chain is intact."
+            )
+            if len(results) == 1:
+                print(f"Chain head: {results[0].head_digest}")
+    return EXIT_ERROR if broken else 0
 
 
 def _rebuild(args: argparse.Namespace) -> int:

@@ -57,7 +57,17 @@ def seeded(database_url: str) -> tuple[str, str]:
 
 def test_version_and_help() -> None:
     assert chatledger("--version").stdout.startswith("chatledger ")
-    for command in ("migrate", "demo", "history", "runs", "fork", "resume", "rebuild", "chat"):
+    for command in (
+        "migrate",
+        "demo",
+        "history",
+        "runs",
+        "fork",
+        "resume",
+        "rebuild",
+        "chat",
+        "verify",
+    ):
         result = chatledger(command, "--help")
         assert result.returncode == 0 and "usage:" in result.stdout, command
 
@@ -165,3 +175,12 @@ def test_unreachable_database_gives_one_clear_line() -> None:
 def test_argparse_errors_exit_non_zero() -> None:
     result = chatledger("runs", "--status", "sideways")
     assert result.returncode == 2 and "invalid choice" in result.stderr
+
+
+def test_verify_reports_intact_chains_and_the_head_digest(seeded: tuple[str, str]) -> None:
+    url, conv = seeded
+    result = chatledger("verify", "--tenant", "cli", "--conversation", conv, url=url)
+    assert result.returncode == 0, result.stderr
+    assert "every chain is intact" in result.stdout and "Chain head: " in result.stdout
+    rows = json.loads(chatledger("verify", "--json", url=url).stdout)
+    assert any(r["conversation"] == conv and r["ok"] for r in rows)

@@ -132,3 +132,32 @@ def test_head_digest_is_the_head_events_hash(ledger: Ledger) -> None:
         e for e in ledger.events(conversation_id=conv) if Position(e.branch_id, e.position) == head
     )
     assert ledger.verify(conv).head_digest == event.hash.hex()
+
+
+def test_the_verify_command_names_the_tampered_event(
+    store: Store, ledger: Ledger, database_url: str
+) -> None:
+    import subprocess
+    import sys
+
+    conv, _ = populate(ledger)
+    victim = ledger.events(conversation_id=conv)[1]
+    with triggers_off(store) as conn:
+        conn.execute(events.update().where(events.c.seq == victim.seq).values(kind="run.started"))
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "engine.cli",
+            "verify",
+            "--tenant",
+            ledger.tenant,
+            "--database-url",
+            database_url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1
+    assert f"Event {victim.seq} (id '{victim.id}'" in result.stdout
