@@ -2,6 +2,7 @@
 
 from engine._errors import Partial, RunError
 from engine.agent import Agent, Hit, Result, RunContext, Source
+from engine.audit import RequestCheck, check_request, rebuild_request, rebuild_request_async
 from engine.providers import Model, ModelError, ModelRequest, ModelResponse, ToolSpec
 from engine.tools import Canceled, Tool, ToolFailed, ToolResult, tool
 from store import __version__
@@ -15,6 +16,7 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "Partial",
+    "RequestCheck",
     "Result",
     "RunContext",
     "RunError",
@@ -24,5 +26,8 @@ __all__ = [
     "ToolResult",
     "ToolSpec",
     "__version__",
+    "check_request",
+    "rebuild_request",
+    "rebuild_request_async",
     "tool",
 ]
