@@ -143,7 +143,7 @@ def append_in_place(
     run_id: str | None,
     idempotency_key: str | None,
 ) -> InPlace | None:
-    """Append in place, or return None having written nothing (the row stays locked).
+    """Append in place, or return None having written nothing.
 
     Raises nothing for a missing conversation: the general path that follows
     reports it.

@@ -435,22 +435,10 @@ def insert_events(
     ]
 
 
-_CHAINED = (
-    "id",
-    "conversation_id",
-    "branch_id",
-    "position",
-    "run_id",
-    "kind",
-    "origin",
-    "head",
-    "idempotency_key",
-    "payload",
-)
 
 
 def _chained(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: row[k] for k in _CHAINED}
+    return {k: row[k] for k in _chain.FIELDS}
 
 
 def previous_hash(conn: Connection, conversation_id: str, branch_id: str, position: int) -> bytes:

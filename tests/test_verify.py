@@ -109,11 +109,10 @@ def test_chains_cross_into_a_forks_source(ledger: Ledger) -> None:
         if (e.branch_id, e.position) == (point.branch_id, point.position)
     )
     from store import _chain
-    from store._log import _CHAINED
 
     fields = {
         name: getattr(first_of_fork, name if name != "payload" else "payload_json")
-        for name in _CHAINED
+        for name in _chain.FIELDS
     }
     assert first_of_fork.hash == _chain.link(source.hash, _chain.content(**fields))
 
