@@ -260,7 +260,7 @@ def _sqlite_write(
 
 
 _HEAD_PAYLOADS = (
-    "SELECT e.payload FROM chatledger_conversations c "
+    "SELECT e.seq, e.payload FROM chatledger_conversations c "
     "JOIN chatledger_view_entries v ON v.conversation_id = c.id "
     "JOIN chatledger_events e ON e.seq = v.event_seq "
     "WHERE c.id = {id} AND c.tenant = {tenant} ORDER BY v.position"
@@ -269,8 +269,10 @@ _PG_HEAD_PAYLOADS = _HEAD_PAYLOADS.format(id="%(id)s", tenant="%(tenant)s")
 _SQLITE_HEAD_PAYLOADS = _HEAD_PAYLOADS.format(id="?", tenant="?")
 
 
-def head_payloads(conn: Connection, tenant: str, conversation_id: str) -> list[str] | None:
-    """The head view's message payloads in one query; None when there are none.
+def head_payloads(
+    conn: Connection, tenant: str, conversation_id: str
+) -> list[tuple[int, str]] | None:
+    """The head view's (seq, payload) rows in one query; None when there are none.
 
     None covers both an empty history and a conversation that does not exist
     for this tenant; the caller tells them apart.
@@ -286,4 +288,4 @@ def head_payloads(conn: Connection, tenant: str, conversation_id: str) -> list[s
             rows = cursor.fetchall()
         finally:
             cursor.close()
-    return [r[0] for r in rows] or None
+    return [(r[0], r[1]) for r in rows] or None

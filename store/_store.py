@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.ext.asyncio import create_async_engine as sa_create_async_engine
 
 from store import _fastpath, _log, _migrate, _runs, _verify, projector
+from store._cache import MessageCache
 from store._dialect import WRITE, Durability, create_engine, install_sqlite_hooks, normalize_url
 from store._errors import ConflictError, InvalidInputError, SchemaError
 from store._translate import translating
@@ -56,14 +57,14 @@ class Op(Generic[T]):
 
 
 def _head_history(
-    conn: Connection, tenant: str, conversation_id: str, repaired: bool
+    conn: Connection, tenant: str, conversation_id: str, repaired: bool, cache: MessageCache
 ) -> list[Message] | None:
     """The head history in one query (None: empty or missing; `_history` decides)."""
     _log._check_id(conversation_id, "conversation")
-    payloads = _fastpath.head_payloads(conn, tenant, conversation_id)
-    if payloads is None:
+    rows = _fastpath.head_payloads(conn, tenant, conversation_id)
+    if rows is None:
         return None
-    messages = load_messages(payloads)
+    messages = cache.load(rows)
     return normalize_history(messages)[0] if repaired else messages
 
 
@@ -92,8 +93,9 @@ def _history(
 class _Ops:
     """Builds the tenant-scoped operations that `Ledger` and `AsyncLedger` run."""
 
-    def __init__(self, tenant: str) -> None:
+    def __init__(self, tenant: str, cache: MessageCache) -> None:
         self.tenant = _log.check_text(tenant, "tenant")
+        self.cache = cache
 
     def create_conversation(
         self, metadata: dict[str, Any] | None, conversation_id: str | None
@@ -168,7 +170,7 @@ class _Ops:
             lambda c: _history(c, self.tenant, conversation_id, at, repaired),
             fast=None
             if at is not None
-            else lambda c: _head_history(c, self.tenant, conversation_id, repaired),
+            else lambda c: _head_history(c, self.tenant, conversation_id, repaired, self.cache),
         )
 
     def fork(
@@ -335,9 +337,10 @@ class Store:
     Open it with `Store.open()`; get a tenant-scoped handle with `tenant()`.
     """
 
-    def __init__(self, engine: Engine, *, owns_engine: bool) -> None:
+    def __init__(self, engine: Engine, *, owns_engine: bool, message_cache: int = 10_000) -> None:
         self.engine = engine
         self._owns_engine = owns_engine
+        self.message_cache = MessageCache(message_cache)
 
     @classmethod
     def open(
@@ -347,6 +350,7 @@ class Store:
         engine: Engine | None = None,
         durability: Durability = "full",
         busy_timeout: float = 30.0,
+        message_cache: int = 10_000,
     ) -> Store:
         """Open a store.
 
@@ -358,13 +362,17 @@ class Store:
             durability: on SQLite, `full` (fsync every commit: nothing
                 acknowledged is lost on power failure) or `normal`.
             busy_timeout: seconds a SQLite writer waits for the lock.
+            message_cache: how many parsed messages to keep (by event; events
+                never change, so the cache is always right); 0 turns it off.
         """
         if engine is not None:
             if engine.dialect.name == "sqlite":
                 install_sqlite_hooks(engine, durability=durability, busy_timeout=busy_timeout)
-            return cls(engine, owns_engine=False)
+            return cls(engine, owns_engine=False, message_cache=message_cache)
         return cls(
-            create_engine(url, durability=durability, busy_timeout=busy_timeout), owns_engine=True
+            create_engine(url, durability=durability, busy_timeout=busy_timeout),
+            owns_engine=True,
+            message_cache=message_cache,
         )
 
     def __enter__(self) -> Store:
@@ -467,7 +475,7 @@ class Ledger:
 
     def __init__(self, store: Store, tenant: str) -> None:
         self._store = store
-        self._ops = _Ops(tenant)
+        self._ops = _Ops(tenant, store.message_cache)
 
     @property
     def tenant(self) -> str:
@@ -705,9 +713,12 @@ class Ledger:
 class AsyncStore:
     """The async face of `Store`: the same operations, as coroutines."""
 
-    def __init__(self, engine: AsyncEngine, *, owns_engine: bool) -> None:
+    def __init__(
+        self, engine: AsyncEngine, *, owns_engine: bool, message_cache: int = 10_000
+    ) -> None:
         self.engine = engine
         self._owns_engine = owns_engine
+        self.message_cache = MessageCache(message_cache)
 
     @classmethod
     def open(
@@ -717,6 +728,7 @@ class AsyncStore:
         engine: AsyncEngine | None = None,
         durability: Durability = "full",
         busy_timeout: float = 30.0,
+        message_cache: int = 10_000,
     ) -> AsyncStore:
         """Open a store; the arguments are those of `Store.open`."""
         if engine is None:
@@ -736,7 +748,7 @@ class AsyncStore:
             install_sqlite_hooks(
                 engine.sync_engine, durability=durability, busy_timeout=busy_timeout
             )
-        return cls(engine, owns_engine=owns)
+        return cls(engine, owns_engine=owns, message_cache=message_cache)
 
     async def __aenter__(self) -> AsyncStore:
         return self
@@ -781,7 +793,7 @@ class AsyncLedger:
 
     def __init__(self, store: AsyncStore, tenant: str) -> None:
         self._store = store
-        self._ops = _Ops(tenant)
+        self._ops = _Ops(tenant, store.message_cache)
 
     @property
     def tenant(self) -> str:

@@ -209,3 +209,15 @@ def test_non_canonical_ids_are_refused_alike_on_every_backend(ledger: Ledger) ->
     for spelling in (conv.id.upper(), "zzzzzzzz-zzzz-zzzz-zzzz-zzzzzzzzzzzz"):
         with pytest.raises(InvalidInputError, match="canonical"):
             ledger.history(spelling)
+
+
+def test_cached_and_uncached_reads_agree(database_url: str, ledger: Ledger) -> None:
+    conv = ledger.create_conversation()
+    ledger.append_messages(conv.id, [user("one"), assistant("two")])
+    first = ledger.history(conv.id)
+    ledger.append_messages(conv.id, [user("three")])
+    second = ledger.history(conv.id)
+    with Store.open(database_url, message_cache=0) as uncached:
+        plain = uncached.tenant(ledger.tenant).history(conv.id)
+    assert second == plain and second[:2] == first
+    assert [m.content for m in second] == ["one", "two", "three"]
