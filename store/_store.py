@@ -74,10 +74,11 @@ def _history(
     conversation_id: str,
     at: int | Position | datetime | None,
     repaired: bool,
+    cache: MessageCache,
 ) -> list[Message]:
     conv = _log.get_conversation(conn, tenant, conversation_id)
     if at is None:
-        payloads = projector.view_payloads(conn, conv.id)
+        messages = load_messages(projector.view_payloads(conn, conv.id))
     else:
         if isinstance(at, datetime):
             point = projector.head_at(conn, conv.id, at)
@@ -85,8 +86,7 @@ def _history(
                 return []
         else:
             point = _log.resolve_position(conn, conv, at)
-        payloads = projector.message_payloads(conn, projector.lineage(conn, point))
-    messages = load_messages(payloads)
+        messages = cache.load(projector.message_rows(conn, projector.lineage(conn, point)))
     return normalize_history(messages)[0] if repaired else messages
 
 
@@ -167,7 +167,7 @@ class _Ops:
         return Op(
             f"reading the history of conversation '{conversation_id}'",
             False,
-            lambda c: _history(c, self.tenant, conversation_id, at, repaired),
+            lambda c: _history(c, self.tenant, conversation_id, at, repaired, self.cache),
             fast=None
             if at is not None
             else lambda c: _head_history(c, self.tenant, conversation_id, repaired, self.cache),

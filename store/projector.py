@@ -33,6 +33,7 @@ __all__ = [
     "head_is_open",
     "lineage",
     "message_payloads",
+    "message_rows",
     "move_view",
     "rebuild_views",
     "view_payloads",
@@ -106,6 +107,16 @@ def _in_segments(segments: Sequence[Segment], after: int = 0) -> sa.ColumnElemen
         if last > after
     ]
     return sa.or_(*clauses) if clauses else sa.false()
+
+
+def message_rows(conn: Connection, segments: Sequence[Segment]) -> list[tuple[int, str]]:
+    """The `message.recorded` (seq, payload) rows along `segments`, in order."""
+    rows = conn.execute(
+        sa.select(events.c.seq, events.c.payload)
+        .where(_in_segments(segments), events.c.kind == MESSAGE)
+        .order_by(events.c.position)
+    ).all()
+    return [(seq, payload) for seq, payload in rows]
 
 
 def message_payloads(conn: Connection, segments: Sequence[Segment]) -> list[str]:
