@@ -17,7 +17,9 @@ import sqlalchemy as sa
 
 ADMIN_URL = os.environ.get(
     "CHATLEDGER_BENCH_POSTGRES_URL",
-    os.environ.get("CHATLEDGER_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"),
+    os.environ.get(
+        "CHATLEDGER_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+    ),
 )
 
 
@@ -106,7 +108,7 @@ def write_section(path: str, heading: str, body: str) -> None:
     start = text.find(marker)
     if start >= 0:
         end = text.find("\n## ", start + len(marker))
-        text = text[:start] + text[end if end >= 0 else len(text):]
+        text = text[:start] + text[end if end >= 0 else len(text) :]
     text = text.rstrip("\n") + "\n" + marker + "\n" + body.strip("\n") + "\n"
     with open(path, "w") as out:
         out.write(text)

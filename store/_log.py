@@ -435,8 +435,6 @@ def insert_events(
     ]
 
 
-
-
 def _chained(row: dict[str, Any]) -> dict[str, Any]:
     return {k: row[k] for k in _chain.FIELDS}
 
