@@ -196,4 +196,7 @@ view_entries = sa.Table(
     sa.Column("conversation_id", Id, primary_key=True),
     sa.Column("position", sa.Integer, primary_key=True),
     sa.Column("event_seq", Seq, nullable=False),
+    # Clustered by its key on SQLite: a head read is one contiguous range, and
+    # an append writes one B-tree instead of a table and its index.
+    sqlite_with_rowid=False,
 )

@@ -197,6 +197,7 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint(
             "conversation_id", "position", name=op.f("pk_chatledger_view_entries")
         ),
+        sqlite_with_rowid=False,
     )
     triggers = SQLITE_TRIGGERS if op.get_bind().dialect.name == "sqlite" else POSTGRES_TRIGGERS
     for statement in triggers:
