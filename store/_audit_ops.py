@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from store import _log
 from store._errors import InvalidInputError
@@ -46,15 +46,33 @@ def _names(
     """One name or several, validated; () for None."""
     if value is None:
         return ()
-    values = (value,) if isinstance(value, str) else tuple(value)
+    choices = (
+        f"one or more of {', '.join(sorted(allowed))}" if allowed else "a name or a list of names"
+    )
+    if isinstance(value, str):
+        values: tuple[Any, ...] = (value,)
+    elif isinstance(value, list | tuple | set | frozenset):
+        values = tuple(value)
+    else:
+        raise InvalidInputError(f"{what} must be {choices}, not {value!r}.")
     for item in values:
         if not isinstance(item, str) or (allowed is not None and item not in allowed):
-            choices = f"one or more of {', '.join(sorted(allowed))}" if allowed else "names"
             raise InvalidInputError(f"{what} must be {choices}, not {value!r}.")
         _log.check_text(item, what)
     if not values:
         raise InvalidInputError(f"{what} must name at least one value; pass None for all.")
     return values
+
+
+def _supplied_or_repaired(origin: str | None) -> tuple[str, ...]:
+    if origin is None:
+        return ("client", "repair")
+    if origin not in ("client", "repair"):
+        raise InvalidInputError(
+            f"origin must be 'client' or 'repair' here, not {origin!r}: messages a run produced "
+            f"have origin 'run' (list them with events(origin='run'))."
+        )
+    return (origin,)
 
 
 def _filter(
@@ -300,7 +318,7 @@ class Audit:
             conversation_id=conversation_id,
             run_id=run_id,
             kinds="message.recorded",
-            origin=origin or ("client", "repair"),
+            origin=_supplied_or_repaired(origin),
             since=since,
             until=until,
         )
@@ -409,7 +427,7 @@ class AsyncAudit:
             conversation_id=conversation_id,
             run_id=run_id,
             kinds="message.recorded",
-            origin=origin or ("client", "repair"),
+            origin=_supplied_or_repaired(origin),
             since=since,
             until=until,
         )

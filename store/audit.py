@@ -200,7 +200,7 @@ class Filter:
 
 
 def stage_of(kind: EventKind) -> Stage:
-    """The stage of a run an event kind belongs to (`other` for kinds this version does not know)."""
+    """The stage of a run an event kind belongs to; `other` for kinds unknown to this version."""
     if kind not in _KINDS:
         return "other"  # recorded by a newer version, or by a custom loop through record()
     match kind:
@@ -239,11 +239,15 @@ def run_timeline(
     run = _runs.get_run(conn, tenant, run_id)
     started = conn.execute(
         sa.select(events.c.recorded_at)
-        .where(events.c.run_id == run.id, events.c.kind == "run.started")
+        .where(
+            events.c.run_id == run.id,
+            events.c.conversation_id == run.conversation_id,
+            events.c.kind == "run.started",
+        )
         .order_by(events.c.seq)
         .limit(1)
-    ).scalar_one()
-    began = _log.utc(started)
+    ).scalar()
+    began = run.started_at if started is None else _log.utc(started)
     # The run's conversation, not just its id: `append_messages(run_id=)` lets
     # anyone stamp any run id on their own events.
     query = sa.select(events).where(
@@ -283,12 +287,12 @@ def model_request(
         .order_by(events.c.seq)
     ).all()
     logged = [_log.event_from_row(r) for r in rows]
-    started = next(e for e in logged if e.kind == "run.started")
-    _check_instructions(run.id, started.payload.get("instructionsDigest"), instructions)
     requested = [e for e in logged if e.kind == "model.requested"]
     wanted = next((e for e in requested if e.payload.get("request") == number), None)
-    if wanted is None:
+    started = next((e for e in logged if e.kind == "run.started"), None)
+    if wanted is None or started is None:
         raise NotFoundError("model request", f"{run.id} #{number}", tenant)
+    _check_instructions(run.id, started.payload.get("instructionsDigest"), instructions)
     first = requested[0].position
     # The engine's view: the lineage up to just before its first request (the
     # history at the base and the prompt), then the turns the run recorded

@@ -1,0 +1,23 @@
+"""A writer process for the audit pagination test (importable by spawned processes)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from store import Message, Store
+
+
+def append(
+    url: str, tenant: str, conversation_ids: Sequence[str], count: int, writer: int, done: Any
+) -> None:
+    """Append `count` one-message turns across the conversations, then set `done`."""
+    try:
+        with Store.open(url) as store:
+            ledger = store.tenant(tenant)
+            for n in range(count):
+                conversation = conversation_ids[n % len(conversation_ids)]
+                text = f"writer {writer} message {n}"
+                ledger.append_messages(conversation, [Message(role="user", content=text)])
+    finally:
+        done.set()
