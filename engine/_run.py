@@ -284,7 +284,12 @@ class Run:
             self.stage = "model"
             prepared = model.prepare(request, stream=self.on_delta is not None)
             await self._record(
-                [NewEvent("model.requested", {"request": number, "digest": prepared.digest})]
+                [
+                    NewEvent(
+                        "model.requested",
+                        {"request": number, "digest": prepared.digest, "stream": prepared.stream},
+                    )
+                ]
             )
             response = await model.send(prepared, on_delta=self.on_delta)
             message = self._stamp(response.message)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 
-__all__ = ["FIELDS", "GENESIS", "content", "content_sql", "link"]
+__all__ = ["FIELDS", "GENESIS", "content", "content_sql", "encode", "link"]
 
 GENESIS = bytes(32)
 
@@ -49,19 +49,25 @@ def content(
     payload: str,
 ) -> bytes:
     """The bytes of one event that its hash covers."""
-    values = (
-        id,
-        conversation_id,
-        branch_id,
-        str(position),
-        run_id or "",
-        kind,
-        origin,
-        "1" if head else "0",
-        idempotency_key or "",
-        payload,
+    return encode(
+        (
+            id,
+            conversation_id,
+            branch_id,
+            str(position),
+            run_id or "",
+            kind,
+            origin,
+            "1" if head else "0",
+            idempotency_key or "",
+            payload,
+        )
     )
-    return "".join(f"{len(v)}:{v}" for v in values).encode("utf-8")
+
+
+def encode(values: tuple[str, ...]) -> bytes:
+    """The length-prefixed encoding of the fields, in `FIELDS` order, as text."""
+    return "".join([f"{len(v)}:{v}" for v in values]).encode("utf-8")
 
 
 def link(previous: bytes, event_content: bytes) -> bytes:

@@ -103,10 +103,14 @@ def install_sqlite_hooks(
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
-        if conn.get_execution_options().get(WRITE):
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
-        else:
-            conn.exec_driver_sql("BEGIN")
+        # Straight to the driver: SQLAlchemy's statement machinery would cost
+        # more than SQLite's BEGIN, on every operation.
+        statement = "BEGIN IMMEDIATE" if conn.get_execution_options().get(WRITE) else "BEGIN"
+        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        try:
+            cursor.execute(statement)
+        finally:
+            cursor.close()
 
 
 _SQLITE_FORMAT = "%Y-%m-%d %H:%M:%S.%f"

@@ -103,11 +103,21 @@ def verify_conversation(conn: Connection, tenant: str, conversation_id: str) -> 
                     f"deleted (the next one recorded is at position {row.position}).",
                     row,
                 )
-            fields = {name: getattr(row, name) for name in _chain.FIELDS}
-            fields["id"], fields["conversation_id"] = str(row.id), str(row.conversation_id)
-            fields["branch_id"] = str(row.branch_id)
-            fields["run_id"] = None if row.run_id is None else str(row.run_id)
-            computed = _chain.link(previous, _chain.content(**fields))
+            encoded = _chain.encode(
+                (
+                    row.id,
+                    row.conversation_id,
+                    row.branch_id,
+                    str(row.position),
+                    row.run_id or "",
+                    row.kind,
+                    row.origin,
+                    "1" if row.head else "0",
+                    row.idempotency_key or "",
+                    row.payload,
+                )
+            )
+            computed = _chain.link(previous, encoded)
             checked += 1
             if computed != bytes(row.hash):
                 return bad(

@@ -62,8 +62,11 @@ def write_until(
 
 
 def process_writer(
-    url: str, tenant: str, conversation_id: str, writer: int, deadline: float
+    url: str, tenant: str, conversation_id: str, writer: int, seconds: float
 ) -> dict[str, Any]:
-    """`write_until` in a process of its own, with its own store."""
+    """`write_until` in a process of its own, with its own store, for `seconds`
+    from when the process is ready (a loaded machine starts processes late)."""
     with Store.open(url) as store:
-        return write_until(store.tenant(tenant), conversation_id, writer, deadline)
+        ledger = store.tenant(tenant)
+        ledger.conversation(conversation_id)  # connected and warmed up
+        return write_until(ledger, conversation_id, writer, time.time() + seconds)

@@ -133,8 +133,9 @@ def test_rebuild_reports_views(seeded: tuple[str, str]) -> None:
     assert result.returncode == 0 and "Rebuilt" in result.stdout
 
 
-def test_resume_once_with_nothing_to_do(seeded: tuple[str, str]) -> None:
-    url, _ = seeded
+def test_resume_once_with_nothing_to_do(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'idle.db'}"  # its own database: no other test's runs
+    assert chatledger("migrate", url=url).returncode == 0
     result = chatledger("resume", "--agent", "tests.agent.cli_agent:agent", "--once", url=url)
     assert result.returncode == 0, result.stderr
     assert "No crashed runs" in result.stdout

@@ -36,7 +36,7 @@ def test_racing_writers_keep_positions_dense_and_lose_nothing(
         context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(WRITERS, mp_context=context) as pool:
             futures = [
-                pool.submit(process_writer, database_url, ledger.tenant, conv.id, w, deadline)
+                pool.submit(process_writer, database_url, ledger.tenant, conv.id, w, SECONDS)
                 for w in range(WRITERS)
             ]
             results = [f.result() for f in futures]
