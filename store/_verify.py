@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -39,7 +40,28 @@ class Verification:
     event_id: str | None = None
 
 
-_COLUMNS = [events.c[name] for name in _chain.FIELDS] + [events.c.seq, events.c.hash]
+_ROWS = (
+    "SELECT CAST(id AS TEXT), CAST(conversation_id AS TEXT), CAST(branch_id AS TEXT), position, "
+    "CAST(run_id AS TEXT), kind, origin, head, idempotency_key, payload, seq, hash "
+    "FROM chatledger_events WHERE conversation_id = {param} ORDER BY branch_id, position"
+)
+
+
+def _event_rows(conn: Connection, conversation_id: str) -> list[tuple[Any, ...]]:
+    """Every event of the conversation as plain tuples, in (branch, position) order.
+
+    Straight from the driver: a verify reads every row of the log, and
+    SQLAlchemy's per-row machinery would cost more than the hashing.
+    """
+    named = conn.dialect.paramstyle in ("pyformat", "format")
+    sql = _ROWS.format(param="%(c)s" if named else "?")
+    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    try:
+        cursor.execute(sql, {"c": conversation_id} if named else (conversation_id,))
+        rows = cursor.fetchall()
+    finally:
+        cursor.close()
+    return [(*row[:11], bytes(row[11])) for row in rows]
 
 
 def verify_conversation(conn: Connection, tenant: str, conversation_id: str) -> Verification:
@@ -56,13 +78,9 @@ def verify_conversation(conn: Connection, tenant: str, conversation_id: str) -> 
     ).all()
     stored: dict[tuple[str, int], bytes] = {}
     rows_by_branch: dict[str, list[Any]] = {b.id: [] for b in tree}
-    for row in conn.execute(
-        sa.select(*_COLUMNS)
-        .where(events.c.conversation_id == conv.id)
-        .order_by(events.c.branch_id, events.c.position)
-    ):
-        rows_by_branch.setdefault(row.branch_id, []).append(row)
-        stored[(row.branch_id, row.position)] = bytes(row.hash)
+    for row in _event_rows(conn, conv.id):
+        rows_by_branch.setdefault(row[2], []).append(row)
+        stored[(row[2], row[3])] = bytes(row[11])
     checked = 0
 
     def parent_hash(parent_id: str | None, position: int | None) -> bytes | None:
@@ -84,8 +102,8 @@ def verify_conversation(conn: Connection, tenant: str, conversation_id: str) -> 
             checked,
             digest,
             problem,
-            None if row is None else row.seq,
-            None if row is None else row.id,
+            None if row is None else row[10],
+            None if row is None else row[0],
         )
 
     for branch in tree:
@@ -96,37 +114,27 @@ def verify_conversation(conn: Connection, tenant: str, conversation_id: str) -> 
                 f"Branch '{branch.id}' continues event {branch.parent_position} of branch "
                 f"'{branch.parent_branch_id}', which is missing: it was deleted."
             )
+        encode, sha256 = _chain.encode, hashlib.sha256
         for row in rows_by_branch.get(branch.id, []):
-            if row.position != expected:
+            i, c, b, position, run_id, kind, origin, head, key, payload, seq, stored_hash = row
+            if position != expected:
                 return bad(
                     f"Event at position {expected} of branch '{branch.id}' is missing: it was "
-                    f"deleted (the next one recorded is at position {row.position}).",
+                    f"deleted (the next one recorded is at position {position}).",
                     row,
                 )
-            encoded = _chain.encode(
-                (
-                    row.id,
-                    row.conversation_id,
-                    row.branch_id,
-                    str(row.position),
-                    row.run_id or "",
-                    row.kind,
-                    row.origin,
-                    "1" if row.head else "0",
-                    row.idempotency_key or "",
-                    row.payload,
-                )
-            )
-            computed = _chain.link(previous, encoded)
+            computed = sha256(
+                previous + encode(i, c, b, position, run_id, kind, origin, head, key, payload)
+            ).digest()
             checked += 1
-            if computed != bytes(row.hash):
+            if computed != stored_hash:
                 return bad(
-                    f"Event {row.seq} (id '{row.id}', position {row.position} of branch "
-                    f"'{branch.id}', {row.kind}) does not match its hash: its content or its "
+                    f"Event {seq} (id '{i}', position {position} of branch "
+                    f"'{branch.id}', {kind}) does not match its hash: its content or its "
                     f"place in the chain was changed after it was recorded.",
                     row,
                 )
-            previous = bytes(row.hash)
+            previous = stored_hash
             expected += 1
     return _check_ends(
         conn, conv.id, conv.head.branch_id, conv.head.position, stored, bytes(head_hash)
