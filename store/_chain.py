@@ -4,10 +4,15 @@ Every event row carries `hash = sha256(previous hash || content)`, where the
 previous hash is that of the event before it in its lineage: the previous
 event of its branch, or for a branch's first event the event its branch
 continues (a fork's first event chains into the source conversation), or 32
-zero bytes for a root branch. `content` covers the identifying columns and
-the exact payload text, each field length-prefixed so no two rows encode
-alike. `recorded_at` is not covered: it is the database's clock, known only
-inside the insert.
+zero bytes for a root branch. `recorded_at` is not covered: it is the
+database's clock, known only inside the insert.
+
+`content` is UTF-8, in this order: the event id, conversation id and branch
+id (36 characters each), then `position:run_id:kind:origin:head:` (run id
+empty when null, head `1` or `0`), then the idempotency key as
+`byte-length:key:` (empty when null), then the payload text. Ids are
+canonical UUIDs and the other fields hold no `:`, so no two rows encode
+alike; the payload comes last, so it needs no length.
 
 Postgres computes the same bytes in SQL on the fast path (`content_sql`);
 `tests/test_verify.py` proves the two agree (Postgres appends take that path).
@@ -17,7 +22,7 @@ from __future__ import annotations
 
 import hashlib
 
-__all__ = ["FIELDS", "GENESIS", "content", "content_sql", "encode", "link"]
+__all__ = ["FIELDS", "GENESIS", "content", "content_sql", "header", "link"]
 
 GENESIS = bytes(32)
 
@@ -49,21 +54,12 @@ def content(
     payload: str,
 ) -> bytes:
     """The bytes of one event that its hash covers."""
-    return encode(
-        id,
-        conversation_id,
-        branch_id,
-        position,
-        run_id,
-        kind,
-        origin,
-        head,
-        idempotency_key,
-        payload,
-    )
+    return header(
+        id, conversation_id, branch_id, position, run_id, kind, origin, head, idempotency_key
+    ) + payload.encode("utf-8")
 
 
-def encode(
+def header(
     i: str,
     c: str,
     b: str,
@@ -73,14 +69,11 @@ def encode(
     origin: str,
     head: bool | int,
     key: str | None,
-    payload: str,
 ) -> bytes:
-    """`content` for positional fields in `FIELDS` order (the verify loop's fast form)."""
-    p, r, h, k = str(position), run_id or "", "1" if head else "0", key or ""
-    return (
-        f"{len(i)}:{i}{len(c)}:{c}{len(b)}:{b}{len(p)}:{p}{len(r)}:{r}{len(kind)}:{kind}"
-        f"{len(origin)}:{origin}1:{h}{len(k)}:{k}{len(payload)}:{payload}"
-    ).encode()
+    """`content` without the payload, for positional fields in `FIELDS` order."""
+    k = (key or "").encode("utf-8")
+    h = "1" if head else "0"
+    return f"{i}{c}{b}{position}:{run_id or ''}:{kind}:{origin}:{h}:{len(k)}:".encode() + k + b":"
 
 
 def link(previous: bytes, event_content: bytes) -> bytes:
@@ -93,14 +86,12 @@ def content_sql(**columns: str) -> str:
 
     Each keyword names the SQL expression of one field (all of `FIELDS`).
     """
-    parts = []
-    for name in FIELDS:
-        expression = columns[name]
-        if name in ("id", "conversation_id", "branch_id", "run_id", "position"):
-            expression = f"coalesce(({expression})::text, '')"
-        elif name == "head":
-            expression = f"(CASE WHEN {expression} THEN '1' ELSE '0' END)"
-        else:
-            expression = f"coalesce({expression}, '')"
-        parts.append(f"length({expression})::text || ':' || {expression}")
-    return "convert_to(" + " || ".join(parts) + ", 'UTF8')"
+    c = columns
+    key = f"coalesce({c['idempotency_key']}, '')"
+    return (
+        f"convert_to(({c['id']})::text || ({c['conversation_id']})::text || "
+        f"({c['branch_id']})::text || ({c['position']})::text || ':' || "
+        f"coalesce(({c['run_id']})::text, '') || ':' || {c['kind']} || ':' || "
+        f"{c['origin']} || ':' || (CASE WHEN {c['head']} THEN '1' ELSE '0' END) || ':' || "
+        f"octet_length({key})::text || ':' || {key} || ':' || {c['payload']}, 'UTF8')"
+    )

@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from store import _chain
+from store._dialect import is_sqlite
 from store._log import get_conversation
 from store.schema import branches, conversations, events, runs
 
@@ -42,7 +43,7 @@ class Verification:
 
 _ROWS = (
     "SELECT CAST(id AS TEXT), CAST(conversation_id AS TEXT), CAST(branch_id AS TEXT), position, "
-    "CAST(run_id AS TEXT), kind, origin, head, idempotency_key, payload, seq, hash "
+    "CAST(run_id AS TEXT), kind, origin, head, idempotency_key, {payload}, seq, hash "
     "FROM chatledger_events WHERE conversation_id = {param} ORDER BY branch_id, position"
 )
 
@@ -54,14 +55,19 @@ def _event_rows(conn: Connection, conversation_id: str) -> list[tuple[Any, ...]]
     SQLAlchemy's per-row machinery would cost more than the hashing.
     """
     named = conn.dialect.paramstyle in ("pyformat", "format")
-    sql = _ROWS.format(param="%(c)s" if named else "?")
+    # The payload comes as its UTF-8 bytes: what the hash covers, with no
+    # decoding and re-encoding of every row's text.
+    sql = _ROWS.format(
+        param="%(c)s" if named else "?",
+        payload="CAST(payload AS BLOB)" if is_sqlite(conn) else "convert_to(payload, 'UTF8')",
+    )
     cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
     try:
         cursor.execute(sql, {"c": conversation_id} if named else (conversation_id,))
         rows = cursor.fetchall()
     finally:
         cursor.close()
-    return [(*row[:11], bytes(row[11])) for row in rows]
+    return [(*row[:9], bytes(row[9]), row[10], bytes(row[11])) for row in rows]
 
 
 def verify_conversation(conn: Connection, tenant: str, conversation_id: str) -> Verification:
@@ -114,7 +120,7 @@ def verify_conversation(conn: Connection, tenant: str, conversation_id: str) -> 
                 f"Branch '{branch.id}' continues event {branch.parent_position} of branch "
                 f"'{branch.parent_branch_id}', which is missing: it was deleted."
             )
-        encode, sha256 = _chain.encode, hashlib.sha256
+        header, sha256 = _chain.header, hashlib.sha256
         for row in rows_by_branch.get(branch.id, []):
             i, c, b, position, run_id, kind, origin, head, key, payload, seq, stored_hash = row
             if position != expected:
@@ -124,7 +130,7 @@ def verify_conversation(conn: Connection, tenant: str, conversation_id: str) -> 
                     row,
                 )
             computed = sha256(
-                previous + encode(i, c, b, position, run_id, kind, origin, head, key, payload)
+                previous + header(i, c, b, position, run_id, kind, origin, head, key) + payload
             ).digest()
             checked += 1
             if computed != stored_hash:
