@@ -61,7 +61,12 @@ def _event_rows(conn: Connection, conversation_id: str) -> list[tuple[Any, ...]]
         param="%(c)s" if named else "?",
         payload="CAST(payload AS BLOB)" if is_sqlite(conn) else "convert_to(payload, 'UTF8')",
     )
-    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    dbapi: Any = conn.connection.dbapi_connection
+    # On Postgres, the binary protocol: bytea arrives as bytes, not as hex text.
+    try:
+        cursor = dbapi.cursor() if is_sqlite(conn) else dbapi.cursor(binary=True)
+    except TypeError:  # SQLAlchemy's async psycopg adapter takes no options
+        cursor = dbapi.cursor()
     try:
         cursor.execute(sql, {"c": conversation_id} if named else (conversation_id,))
         rows = cursor.fetchall()

@@ -160,3 +160,13 @@ def test_the_verify_command_names_the_tampered_event(
     )
     assert result.returncode == 1
     assert f"Event {victim.seq} (id '{victim.id}'" in result.stdout
+
+
+async def test_async_verify(database_url: str) -> None:
+    from store import AsyncStore
+
+    async with AsyncStore.open(database_url) as store:
+        ledger = store.tenant("async-verify")
+        conv = await ledger.create_conversation()
+        await ledger.append_messages(conv.id, [Message(role="user", content="x")])
+        assert (await ledger.verify(conv.id)).ok
