@@ -18,9 +18,9 @@ from collections.abc import Callable
 from engine.agent import Agent
 from engine.providers import ModelRequest
 from engine.providers.scripted import ScriptedModel
-from engine.resume import ResumeWorker, uncertain_tool_calls
+from engine.resume import ResumeOutcome, ResumeWorker, uncertain_tool_calls
 from engine.tools import tool
-from store import Message, Store, ToolCall
+from store import Ledger, Message, Store, ToolCall
 
 TENANT = "demo"
 LEASE_SECONDS = 1.0
@@ -178,12 +178,9 @@ def _line(message: Message) -> str:
 
 
 def _wait_for_tool_batch(
-    ledger: object, conversation_id: str, process: subprocess.Popen[bytes]
+    ledger: Ledger, conversation_id: str, process: subprocess.Popen[bytes]
 ) -> str:
     """Poll the log until the child's run has finished one tool of its batch."""
-    from store import Ledger
-
-    assert isinstance(ledger, Ledger)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -196,7 +193,7 @@ def _wait_for_tool_batch(
     raise RuntimeError("the demo's child process did not reach its tool batch in time")
 
 
-async def _resume_when_stale(worker: ResumeWorker) -> list:  # type: ignore[type-arg]
+async def _resume_when_stale(worker: ResumeWorker) -> list[ResumeOutcome]:
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         outcomes = await worker.run_once()

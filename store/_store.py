@@ -34,7 +34,7 @@ from store._values import (
 )
 from store._verify import Verification
 from store.history import normalize_history
-from store.messages import Message, Usage, load_messages
+from store.messages import Message, Usage, load_message, load_messages
 
 if TYPE_CHECKING:
     from store._audit_ops import AsyncAudit, Audit
@@ -297,8 +297,6 @@ class _Ops:
 
 
 def _as_message(value: Message | dict[str, Any]) -> Message:
-    from store.messages import load_message
-
     return value if isinstance(value, Message) else load_message(value)
 
 
