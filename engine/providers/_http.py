@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import json
+import os
 import random
 import time
 from collections.abc import (
@@ -22,6 +23,7 @@ from collections.abc import (
     AsyncIterator,
     Awaitable,
     Callable,
+    Iterable,
     Mapping,
 )
 from dataclasses import dataclass, replace
@@ -389,9 +391,57 @@ def retry_policy(retry: RetryPolicy | None, max_retries: int | None) -> RetryPol
 
 
 class PooledModel:
-    """Connection lifecycle for adapters over an `HttpTransport`: `async with model:`."""
+    """What the HTTP adapters share: their configuration and, with `async with
+    model:`, a pooled connection over an `HttpTransport`."""
 
     _transport: HttpTransport
+
+    def _configure(
+        self,
+        *,
+        provider: str,
+        label: str,
+        key_env: str,
+        base_url_env: str,
+        default_base_url: str,
+        reserved: Iterable[str],
+        api_key: str | None,
+        base_url: str | None,
+        client: httpx.AsyncClient | None,
+        timeout: float | httpx.Timeout | None,
+        max_retries: int | None,
+        retry: RetryPolicy | None,
+        settings: Mapping[str, Any] | None,
+        headers: Mapping[str, str] | None,
+        sleep: Sleep | None,
+        rng: random.Random | None,
+    ) -> None:
+        """Resolve the base URL and key (arguments, then the environment) and
+        set up settings, headers and the transport."""
+        from engine.providers._wire import merge_settings, resolve_api_key
+
+        base = base_url or os.environ.get(base_url_env) or default_base_url
+        self.base_url = base.rstrip("/")
+        self.api_key = resolve_api_key(
+            api_key,
+            env=key_env,
+            base_url=self.base_url,
+            default_base_url=default_base_url,
+            provider=provider,
+        )
+        self.settings = dict(settings or {})
+        merge_settings(self.settings, reserved=reserved, provider=provider)
+        self._headers = dict(headers or {})
+        self._transport = HttpTransport(
+            provider=provider,
+            label=label,
+            api_key_env=key_env,
+            client=client,
+            timeout=timeout,
+            retry=retry_policy(retry, max_retries),
+            sleep=sleep,
+            rng=rng,
+        )
 
     async def aclose(self) -> None:
         """Close the pooled connection opened by `async with`, if any."""

@@ -11,7 +11,6 @@ vLLM, llama.cpp server, Ollama, LiteLLM.
 
 from __future__ import annotations
 
-import os
 import random
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -26,16 +25,14 @@ from engine.providers._base import (
     PreparedRequest,
 )
 from engine.providers._http import (
-    HttpTransport,
     PooledModel,
     RetryPolicy,
     Sleep,
     SSEEvent,
     load_json,
     malformed_event,
-    retry_policy,
 )
-from engine.providers._wire import emit, encode_body, merge_settings, resolve_api_key
+from engine.providers._wire import emit, encode_body, merge_settings
 from store import __version__
 
 __all__ = ["OpenAIChatModel"]
@@ -85,26 +82,21 @@ class OpenAIChatModel(PooledModel):
     ) -> None:
         self.model = model
         self.stream_usage = stream_usage
-        self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip(
-            "/"
-        )
-        self.api_key = resolve_api_key(
-            api_key,
-            env="OPENAI_API_KEY",
-            base_url=self.base_url,
-            default_base_url=DEFAULT_BASE_URL,
-            provider=wire.PROVIDER,
-        )
-        self.settings = dict(settings or {})
-        merge_settings(self.settings, reserved=_RESERVED, provider=wire.PROVIDER)
-        self._headers = dict(headers or {})
-        self._transport = HttpTransport(
+        self._configure(
             provider=wire.PROVIDER,
             label=wire.LABEL,
-            api_key_env="OPENAI_API_KEY",
+            key_env="OPENAI_API_KEY",
+            base_url_env="OPENAI_BASE_URL",
+            default_base_url=DEFAULT_BASE_URL,
+            reserved=_RESERVED,
+            api_key=api_key,
+            base_url=base_url,
             client=client,
             timeout=timeout,
-            retry=retry_policy(retry, max_retries),
+            max_retries=max_retries,
+            retry=retry,
+            settings=settings,
+            headers=headers,
             sleep=sleep,
             rng=rng,
         )
