@@ -104,6 +104,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--conversation", help="only this conversation (of --tenant)")
     p.add_argument("--tenant", help="only this tenant's conversations")
+    p.add_argument(
+        "--recompute",
+        choices=["auto", "database", "client"],
+        default="auto",
+        help="where hashes are computed: auto (in SQL on Postgres, here on SQLite), "
+        "database, or client (here, independent of the server's functions)",
+    )
     p.set_defaults(handler=_verify)
 
     p = sub.add_parser("rebuild", parents=[common], help="recompute every view from the events")
@@ -235,11 +242,12 @@ def _resume(args: argparse.Namespace) -> int:
 def _verify(args: argparse.Namespace) -> int:
     with _open(args) as store:
         if args.conversation:
-            results = [store.tenant(args.tenant or "default").verify(args.conversation)]
+            ledger = store.tenant(args.tenant or "default")
+            results = [ledger.verify(args.conversation, recompute=args.recompute)]
         elif args.tenant:
-            results = store.tenant(args.tenant).verify_all()
+            results = store.tenant(args.tenant).verify_all(recompute=args.recompute)
         else:
-            results = store.verify()
+            results = store.verify(recompute=args.recompute)
     broken = [r for r in results if not r.ok]
     if args.json:
         print(

@@ -26,7 +26,7 @@ from store._values import (
     Run,
     RunCursor,
 )
-from store._verify import Verification
+from store._verify import Recompute, Verification
 from store.audit import (
     Lineage,
     LineageBranch,
@@ -90,6 +90,7 @@ __all__ = [
     "Page",
     "Part",
     "Position",
+    "Recompute",
     "RecordedRequest",
     "ResumeConflictError",
     "Run",

@@ -61,6 +61,12 @@ class Pairing:
         return not (self.dropped or self.moved or self.unanswered)
 
 
+def repaired(messages: Sequence[Message]) -> list[Message]:
+    """`normalize_history`'s messages without its report (no truncation scan)."""
+    pairing = pair(messages, detect_truncated=False)
+    return list(messages) if pairing.changes_nothing else assemble(messages, pairing)[0]
+
+
 def pair(messages: Sequence[Message], *, detect_truncated: bool = True) -> Pairing:
     """Assign every tool message to the call it answers, or mark it dropped.
 

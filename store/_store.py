@@ -17,7 +17,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.ext.asyncio import create_async_engine as sa_create_async_engine
 
-from store import _fastpath, _log, _migrate, _runs, _verify, projector
+from store import _fastpath, _log, _migrate, _repair, _runs, _verify, projector
 from store._cache import MessageCache
 from store._dialect import WRITE, Durability, create_engine, install_sqlite_hooks, normalize_url
 from store._errors import ConflictError, InvalidInputError, SchemaError
@@ -32,8 +32,7 @@ from store._values import (
     RunCursor,
     RunStatus,
 )
-from store._verify import Verification
-from store.history import normalize_history
+from store._verify import Recompute, Verification
 from store.messages import Message, Usage, load_message, load_messages
 
 if TYPE_CHECKING:
@@ -65,7 +64,7 @@ def _head_history(
     if rows is None:
         return None
     messages = cache.load(rows)
-    return normalize_history(messages)[0] if repaired else messages
+    return _repair.repaired(messages) if repaired else messages
 
 
 def _history(
@@ -87,7 +86,7 @@ def _history(
         else:
             point = _log.resolve_position(conn, conv, at)
         messages = cache.load(projector.message_rows(conn, projector.lineage(conn, point)))
-    return normalize_history(messages)[0] if repaired else messages
+    return _repair.repaired(messages) if repaired else messages
 
 
 class _Ops:
@@ -272,11 +271,13 @@ class _Ops:
             ),
         )
 
-    def verify(self, conversation_ids: list[str] | None) -> Op[list[Verification]]:
+    def verify(
+        self, conversation_ids: list[str] | None, recompute: Recompute
+    ) -> Op[list[Verification]]:
         return Op(
             "verifying hash chains",
             False,
-            lambda c: _verify.verify_many(c, self.tenant, conversation_ids),
+            lambda c: _verify.verify_many(c, self.tenant, conversation_ids, recompute=recompute),
         )
 
     def claim_stale_runs(
@@ -435,13 +436,23 @@ class Store:
             )
         )
 
-    def verify(self, progress: Callable[[Verification], None] | None = None) -> list[Verification]:
-        """Recompute the hash chain of every conversation of every tenant."""
+    def verify(
+        self,
+        progress: Callable[[Verification], None] | None = None,
+        *,
+        recompute: Recompute = "auto",
+    ) -> list[Verification]:
+        """Recompute the hash chain of every conversation of every tenant.
+
+        `recompute` says where the hashes are computed: `"auto"` (in SQL on
+        Postgres, fastest; here on SQLite), `"database"`, or `"client"` (in
+        this process, independent of the server's own functions).
+        """
         return self.execute(
             Op(
                 "verifying hash chains",
                 False,
-                lambda c: _verify.verify_many(c, None, None, progress),
+                lambda c: _verify.verify_many(c, None, None, progress, recompute),
             )
         )
 
@@ -661,16 +672,19 @@ class Ledger:
             )
         )
 
-    def verify(self, conversation_id: str) -> Verification:
-        """Recompute one conversation's hash chain; say where it first breaks."""
-        results = self._store.execute(self._ops.verify([conversation_id]))
+    def verify(self, conversation_id: str, *, recompute: Recompute = "auto") -> Verification:
+        """Recompute one conversation's hash chain; say where it first breaks.
+
+        `recompute`: see `Store.verify`.
+        """
+        results = self._store.execute(self._ops.verify([conversation_id], recompute))
         if not results:
             self.conversation(conversation_id)  # raises NotFoundError
         return results[0]
 
-    def verify_all(self) -> list[Verification]:
+    def verify_all(self, *, recompute: Recompute = "auto") -> list[Verification]:
         """Recompute the hash chain of every conversation of this tenant."""
-        return self._store.execute(self._ops.verify(None))
+        return self._store.execute(self._ops.verify(None, recompute))
 
     def renew_lease(self, cursor: RunCursor, seconds: float = 60.0) -> None:
         """Extend the run's lease by `seconds` of the database's clock."""
@@ -962,16 +976,16 @@ class AsyncLedger:
             )
         )
 
-    async def verify(self, conversation_id: str) -> Verification:
+    async def verify(self, conversation_id: str, *, recompute: Recompute = "auto") -> Verification:
         """See `Ledger.verify`."""
-        results = await self._store.execute(self._ops.verify([conversation_id]))
+        results = await self._store.execute(self._ops.verify([conversation_id], recompute))
         if not results:
             await self.conversation(conversation_id)  # raises NotFoundError
         return results[0]
 
-    async def verify_all(self) -> list[Verification]:
+    async def verify_all(self, *, recompute: Recompute = "auto") -> list[Verification]:
         """See `Ledger.verify_all`."""
-        return await self._store.execute(self._ops.verify(None))
+        return await self._store.execute(self._ops.verify(None, recompute))
 
     async def renew_lease(self, cursor: RunCursor, seconds: float = 60.0) -> None:
         """See `Ledger.renew_lease`."""

@@ -22,6 +22,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Discriminator,
+    Field,
     SerializerFunctionWrapHandler,
     Tag,
     TypeAdapter,
@@ -199,8 +200,10 @@ class Message(_Contract):
 
     role: Role
     content: str = ""
-    parts: list[Part] = []
-    tool_calls: list[ToolCall] = []
+    # Factories, not `[]`: pydantic deep-copies a mutable default for every
+    # message it builds, which was most of the cost of loading a history.
+    parts: list[Part] = Field(default_factory=list)
+    tool_calls: list[ToolCall] = Field(default_factory=list)
     tool_call_id: str | None = None
     tool_name: str | None = None
     failed: bool = False

@@ -4,12 +4,34 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
-from store import Ledger, Message, NewEvent, NotFoundError, Position, Store
+from store import (
+    InvalidInputError,
+    Ledger,
+    Message,
+    NewEvent,
+    NotFoundError,
+    Position,
+    Recompute,
+    Store,
+    _chain,
+)
 from store.schema import events
+from tests.conftest import create_postgres_database, drop_postgres_database
+
+
+@pytest.fixture(scope="module")
+def postgres_url() -> Iterator[str]:
+    """This module tampers with rows: its own database, which no other test reads."""
+    url = create_postgres_database("chatledger_tamper")
+    with Store.open(url) as store:
+        store.migrate()
+    yield url
+    drop_postgres_database(url)
 
 
 def populate(ledger: Ledger) -> tuple[str, str]:
@@ -57,15 +79,24 @@ def triggers_off(store: Store) -> Iterator[sa.Connection]:
             )
 
 
-def test_an_untouched_log_verifies_clean(ledger: Ledger) -> None:
+@pytest.fixture(params=["auto", "client"])
+def recompute(request: pytest.FixtureRequest) -> Recompute:
+    """Where hashes are recomputed: in SQL on Postgres (`auto`), or in this process."""
+    mode: Recompute = request.param
+    return mode
+
+
+def test_an_untouched_log_verifies_clean(ledger: Ledger, recompute: Recompute) -> None:
     conv, fork = populate(ledger)
-    results = {r.conversation_id: r for r in ledger.verify_all()}
+    results = {r.conversation_id: r for r in ledger.verify_all(recompute=recompute)}
     assert results[conv].ok and results[fork].ok
     assert results[conv].checked == len(ledger.events(conversation_id=conv))
     assert results[conv].head_digest != results[fork].head_digest
 
 
-def test_a_changed_payload_is_found_and_named(store: Store, ledger: Ledger) -> None:
+def test_a_changed_payload_is_found_and_named(
+    store: Store, ledger: Ledger, recompute: Recompute
+) -> None:
     conv, fork = populate(ledger)
     victim = next(
         e for e in ledger.events(conversation_id=conv) if e.message and e.message.content == "two"
@@ -76,14 +107,48 @@ def test_a_changed_payload_is_found_and_named(store: Store, ledger: Ledger) -> N
             .where(events.c.seq == victim.seq)
             .values(payload='{"role":"user","content":"forged"}')
         )
-    result = ledger.verify(conv)
+    result = ledger.verify(conv, recompute=recompute)
     assert not result.ok and result.event_seq == victim.seq and result.event_id == victim.id
     assert f"Event {victim.seq}" in (result.problem or "")
-    assert ledger.verify(fork).ok  # the fork's own events are intact
+    assert ledger.verify(fork, recompute=recompute).ok  # the fork's own events are intact
+
+
+def test_an_edit_with_a_recomputed_hash_breaks_the_next_link(
+    store: Store, ledger: Ledger, recompute: Recompute
+) -> None:
+    conv, _ = populate(ledger)
+    log = ledger.events(conversation_id=conv)
+    victim, after = log[1], log[2]
+    assert (after.branch_id, after.position) == (victim.branch_id, victim.position + 1)
+    forged = '{"role":"user","content":"forged"}'
+    fields = {
+        name: getattr(victim, name if name != "payload" else "payload_json")
+        for name in _chain.FIELDS
+    }
+    fields["payload"] = forged
+    with triggers_off(store) as conn:
+        conn.execute(
+            events.update()
+            .where(events.c.seq == victim.seq)
+            .values(payload=forged, hash=_chain.link(log[0].hash, _chain.content(**fields)))
+        )
+    result = ledger.verify(conv, recompute=recompute)
+    assert not result.ok and result.event_seq == after.seq, result.problem
+
+
+def test_sqlite_cannot_recompute_in_the_database(tmp_path: Path) -> None:
+    with Store.open(f"sqlite:///{tmp_path / 'v.db'}") as store:
+        store.migrate()
+        ledger = store.tenant("t")
+        conv = ledger.create_conversation()
+        with pytest.raises(InvalidInputError, match="recompute='client'"):
+            ledger.verify(conv.id, recompute="database")
 
 
 @pytest.mark.parametrize("which", ["middle", "tail"])
-def test_a_deleted_event_is_found(store: Store, ledger: Ledger, which: str) -> None:
+def test_a_deleted_event_is_found(
+    store: Store, ledger: Ledger, which: str, recompute: Recompute
+) -> None:
     conv, _ = populate(ledger)
     log = ledger.events(conversation_id=conv)
     head = ledger.conversation(conv).head
@@ -94,7 +159,7 @@ def test_a_deleted_event_is_found(store: Store, ledger: Ledger, which: str) -> N
     )
     with triggers_off(store) as conn:
         conn.execute(events.delete().where(events.c.seq == victim.seq))
-    result = ledger.verify(conv)
+    result = ledger.verify(conv, recompute=recompute)
     assert not result.ok and "missing" in (result.problem or "")
 
 
@@ -108,8 +173,6 @@ def test_chains_cross_into_a_forks_source(ledger: Ledger) -> None:
         for e in ledger.events(conversation_id=conv)
         if (e.branch_id, e.position) == (point.branch_id, point.position)
     )
-    from store import _chain
-
     fields = {
         name: getattr(first_of_fork, name if name != "payload" else "payload_json")
         for name in _chain.FIELDS
@@ -134,7 +197,7 @@ def test_head_digest_is_the_head_events_hash(ledger: Ledger) -> None:
 
 
 def test_the_verify_command_names_the_tampered_event(
-    store: Store, ledger: Ledger, database_url: str
+    store: Store, ledger: Ledger, database_url: str, recompute: Recompute
 ) -> None:
     import subprocess
     import sys
@@ -153,6 +216,8 @@ def test_the_verify_command_names_the_tampered_event(
             ledger.tenant,
             "--database-url",
             database_url,
+            "--recompute",
+            recompute,
         ],
         capture_output=True,
         text=True,
