@@ -10,9 +10,11 @@ case, in plain SQL prepared once:
 - on Postgres, each statement is a network round trip, so the five steps are
   one statement of data-modifying CTEs, run in autocommit mode (a single
   statement is atomic by itself): one round trip per append;
-- on SQLite, statements cost microseconds in-process but building SQLAlchemy
-  expressions costs more than executing them, so the steps are plain SQL
-  inside the caller's `BEGIN IMMEDIATE` transaction.
+- on SQLite, statements cost microseconds in-process but SQLAlchemy's
+  connection and expression machinery costs more than executing them, so the
+  steps are plain SQL on a DB-API cursor inside the caller's
+  `BEGIN IMMEDIATE` transaction (`Store.execute` opens it on the pooled
+  driver connection directly).
 
 When the common case does not apply, nothing is written and None is returned;
 the general path decides (on SQLite in the same transaction). Both paths run
@@ -24,15 +26,25 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import lru_cache
+from hashlib import sha256
+from operator import itemgetter
 from typing import Any
 
 from sqlalchemy.engine import Connection
 
 from store import _chain
+from store._dialect import sqlite_clock, sqlite_time
 from store._values import NewEvent
 from store.ids import new_id
 
-__all__ = ["InPlace", "append_in_place", "head_payloads", "one_statement", "supported"]
+__all__ = [
+    "InPlace",
+    "append_postgres",
+    "append_sqlite",
+    "head_payloads_postgres",
+    "head_payloads_sqlite",
+]
 
 _APPEND = """
 WITH RECURSIVE c AS (
@@ -111,9 +123,9 @@ _SQLITE_KEY = "SELECT 1 FROM chatledger_events WHERE conversation_id = ? AND ide
 _SQLITE_INSERT = (
     "INSERT INTO chatledger_events (id, conversation_id, branch_id, position, run_id, kind, "
     "origin, head, recorded_at, idempotency_key, payload, hash) VALUES {values} "
-    "RETURNING seq, position, recorded_at"
+    "RETURNING seq, position"
 )
-_SQLITE_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, chatledger_now(), ?, ?, ?)"
+_SQLITE_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _SQLITE_VIEW = (
     "INSERT INTO chatledger_view_entries (conversation_id, position, event_seq) VALUES {values}"
 )
@@ -123,17 +135,7 @@ _SQLITE_MOVE = (
 )
 
 
-def one_statement(conn: Connection) -> bool:
-    """Whether the append runs as one autocommit statement (Postgres) or in a transaction."""
-    return conn.dialect.name == "postgresql"
-
-
-def supported(conn: Connection) -> bool:
-    """Whether this dialect has a fast path here."""
-    return conn.dialect.name in ("postgresql", "sqlite")
-
-
-def append_in_place(
+def append_postgres(
     conn: Connection,
     tenant: str,
     conversation_id: str,
@@ -143,16 +145,12 @@ def append_in_place(
     run_id: str | None,
     idempotency_key: str | None,
 ) -> InPlace | None:
-    """Append in place, or return None having written nothing.
+    """Append in place as one autocommit statement, or return None having written nothing.
 
     Raises nothing for a missing conversation: the general path that follows
     reports it.
     """
     ids = [new_id() for _ in encoded]
-    if not one_statement(conn):
-        return _sqlite_in_place(
-            conn, tenant, conversation_id, encoded, ids, expected, run_id, idempotency_key
-        )
     rows = conn.exec_driver_sql(
         _APPEND,
         {
@@ -177,36 +175,26 @@ def append_in_place(
     )
 
 
-def _sqlite_in_place(
-    conn: Connection,
-    tenant: str,
-    conversation_id: str,
-    encoded: Sequence[tuple[NewEvent, str]],
-    ids: list[str],
-    expected: int | None,
-    run_id: str | None,
-    key: str | None,
-) -> InPlace | None:
-    # Inside BEGIN IMMEDIATE: the writer lock is ours, so read-then-write is
-    # safe. The driver's cursor is used directly: SQLAlchemy's per-statement
-    # machinery would cost more than SQLite's work here.
-    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-    try:
-        return _sqlite_write(cursor, tenant, conversation_id, encoded, ids, expected, run_id, key)
-    finally:
-        cursor.close()
+@lru_cache(maxsize=64)
+def _sqlite_values(statement: str, row: str, count: int) -> str:
+    return statement.format(values=", ".join([row] * count))
 
 
-def _sqlite_write(
+def append_sqlite(
     cursor: Any,
     tenant: str,
     conversation_id: str,
     encoded: Sequence[tuple[NewEvent, str]],
-    ids: list[str],
+    *,
     expected: int | None,
     run_id: str | None,
-    key: str | None,
+    idempotency_key: str | None,
 ) -> InPlace | None:
+    """Append in place through a DB-API cursor inside the caller's `BEGIN IMMEDIATE`.
+
+    The writer lock is held, so read-then-write is safe. Returns None having
+    written nothing when the common case does not apply.
+    """
     cursor.execute(_SQLITE_HEAD, (conversation_id, tenant))
     head = cursor.fetchone()
     if head is None or not head[2]:
@@ -214,47 +202,66 @@ def _sqlite_write(
     branch_id, start, previous = head[0], head[1], bytes(head[3])
     if expected is not None and start != expected:
         return None
+    key = idempotency_key
     if key is not None:
         cursor.execute(_SQLITE_KEY, (conversation_id, key))
         if cursor.fetchone() is not None:
             return None
     last = len(encoded)
+    ids = [new_id() for _ in encoded]
+    # The embedded database's clock is this host's: read once, the events of
+    # one append share the moment they were recorded.
+    now = sqlite_clock()
+    recorded_at = sqlite_time(now)
     params: list[object] = []
-    hashes: dict[int, bytes] = {}
+    hashes: list[bytes] = []
+    header = _chain.header
     for i, (item, text) in enumerate(encoded, 1):
-        fields = (
-            ids[i - 1],
+        event_key = key if i == 1 else None
+        position, event_id, is_head = start + i, ids[i - 1], i == last
+        previous = sha256(
+            previous
+            + header(
+                event_id,
+                conversation_id,
+                branch_id,
+                position,
+                run_id,
+                item.kind,
+                item.origin,
+                is_head,
+                event_key,
+            )
+            + text.encode()
+        ).digest()
+        hashes.append(previous)
+        params += (
+            event_id,
             conversation_id,
             branch_id,
-            start + i,
+            position,
             run_id,
             item.kind,
             item.origin,
-            i == last,
-            key if i == 1 else None,
+            is_head,
+            recorded_at,
+            event_key,
             text,
+            previous,
         )
-        previous = hashes[start + i] = _chain.link(
-            previous, _chain.content(**dict(zip(_chain.FIELDS, fields, strict=True)))
-        )
-        params += [*fields, previous]
-    values = ", ".join([_SQLITE_ROW] * last)
-    cursor.execute(_SQLITE_INSERT.format(values=values), params)
+    cursor.execute(_sqlite_values(_SQLITE_INSERT, _SQLITE_ROW, last), params)
     rows = cursor.fetchall()
-    written = sorted(
-        (seq, position, datetime.fromisoformat(recorded_at), hashes[position])
-        for seq, position, recorded_at in rows
-    )
+    if last > 1:
+        rows.sort(key=itemgetter(1))  # RETURNING promises no order
+    written = [(seq, position, now, hashes[position - start - 1]) for seq, position in rows]
     views = [
-        (conversation_id, position, seq)
+        v
         for (seq, position, _, _), (item, _) in zip(written, encoded, strict=True)
         if item.kind == "message.recorded"
+        for v in (conversation_id, position, seq)
     ]
     if views:
-        cursor.execute(
-            _SQLITE_VIEW.format(values=", ".join(["(?, ?, ?)"] * len(views))),
-            [v for row in views for v in row],
-        )
+        cursor.execute(_sqlite_values(_SQLITE_VIEW, "(?, ?, ?)", len(views) // 3), views)
     cursor.execute(_SQLITE_MOVE, (start + last, previous, conversation_id))
     return InPlace(branch_id=branch_id, ids=ids, written=written)
 
@@ -269,7 +276,7 @@ _PG_HEAD_PAYLOADS = _HEAD_PAYLOADS.format(id="%(id)s", tenant="%(tenant)s")
 _SQLITE_HEAD_PAYLOADS = _HEAD_PAYLOADS.format(id="?", tenant="?")
 
 
-def head_payloads(
+def head_payloads_postgres(
     conn: Connection, tenant: str, conversation_id: str
 ) -> list[tuple[int, str]] | None:
     """The head view's (seq, payload) rows in one query; None when there are none.
@@ -277,15 +284,14 @@ def head_payloads(
     None covers both an empty history and a conversation that does not exist
     for this tenant; the caller tells them apart.
     """
-    if one_statement(conn):
-        rows = conn.exec_driver_sql(
-            _PG_HEAD_PAYLOADS, {"id": conversation_id, "tenant": tenant}
-        ).all()
-    else:
-        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-        try:
-            cursor.execute(_SQLITE_HEAD_PAYLOADS, (conversation_id, tenant))
-            rows = cursor.fetchall()
-        finally:
-            cursor.close()
+    rows = conn.exec_driver_sql(_PG_HEAD_PAYLOADS, {"id": conversation_id, "tenant": tenant})
     return [(r[0], r[1]) for r in rows] or None
+
+
+def head_payloads_sqlite(
+    cursor: Any, tenant: str, conversation_id: str
+) -> list[tuple[int, str]] | None:
+    """`head_payloads_postgres` through a SQLite DB-API cursor."""
+    cursor.execute(_SQLITE_HEAD_PAYLOADS, (conversation_id, tenant))
+    rows: list[tuple[int, str]] = cursor.fetchall()
+    return rows or None

@@ -36,8 +36,8 @@ from store.schema import branches, conversations, events
 
 __all__ = [
     "MAX_PAYLOAD_CHARS",
-    "append_in_place",
     "append_messages",
+    "appended_in_place",
     "branch_tip",
     "create_branch",
     "create_conversation",
@@ -557,46 +557,16 @@ def append_messages(
     return Appended(conv.id, written, new_head)
 
 
-def append_in_place(
-    conn: Connection,
-    tenant: str,
+def appended_in_place(
     conversation_id: str,
+    done: _fastpath.InPlace | None,
     encoded: Sequence[tuple[NewEvent, str]],
-    *,
-    expected: int | None,
     run_id: str | None,
     idempotency_key: str | None,
 ) -> Appended | None:
-    """`append_messages`' common case on the fast path (see `store._fastpath`).
-
-    None means nothing was written and `append_messages` must decide.
-    """
-    if not encoded or not _fastpath.supported(conn):
+    """What a fast-path append wrote, as the general path reports it (None: nothing)."""
+    if done is None:
         return None
-    _check_id(conversation_id, "conversation")
-    if idempotency_key is not None:
-        check_text(idempotency_key, "idempotency key")
-    done = _fastpath.append_in_place(
-        conn,
-        tenant,
-        conversation_id,
-        encoded,
-        expected=expected,
-        run_id=run_id,
-        idempotency_key=idempotency_key,
-    )
-    return (
-        None if done is None else _in_place(conversation_id, done, encoded, run_id, idempotency_key)
-    )
-
-
-def _in_place(
-    conversation_id: str,
-    done: _fastpath.InPlace,
-    encoded: Sequence[tuple[NewEvent, str]],
-    run_id: str | None,
-    idempotency_key: str | None,
-) -> Appended:
     written = [
         Event(
             seq=seq,

@@ -9,7 +9,7 @@ implementation of every rule.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -19,7 +19,15 @@ from sqlalchemy.ext.asyncio import create_async_engine as sa_create_async_engine
 
 from store import _fastpath, _log, _migrate, _repair, _runs, _verify, projector
 from store._cache import MessageCache
-from store._dialect import WRITE, Durability, create_engine, install_sqlite_hooks, normalize_url
+from store._dialect import (
+    WRITE,
+    Durability,
+    SqliteDriverConnections,
+    create_engine,
+    install_sqlite_hooks,
+    is_sqlite,
+    normalize_url,
+)
 from store._errors import ConflictError, InvalidInputError, SchemaError
 from store._translate import translating
 from store._values import (
@@ -51,16 +59,19 @@ class Op(Generic[T]):
     write: bool
     fn: Callable[[Connection], T]
     fast: Callable[[Connection], T | None] | None = None
-    """An attempt as one self-contained statement outside a transaction, tried
-    first; None from it means nothing was written and `fn` runs as usual."""
+    """Postgres: an attempt as one self-contained statement outside a
+    transaction, tried first; None from it means nothing was written and `fn`
+    runs as usual."""
+    sqlite: Callable[[Any], T | None] | None = None
+    """SQLite: an attempt in plain SQL on a DB-API cursor, inside the
+    operation's transaction, tried first; None means nothing was written and
+    `fn` runs as usual, in the same transaction."""
 
 
-def _head_history(
-    conn: Connection, tenant: str, conversation_id: str, repaired: bool, cache: MessageCache
+def _head_messages(
+    rows: list[tuple[int, str]] | None, repaired: bool, cache: MessageCache
 ) -> list[Message] | None:
-    """The head history in one query (None: empty or missing; `_history` decides)."""
-    _log._check_id(conversation_id, "conversation")
-    rows = _fastpath.head_payloads(conn, tenant, conversation_id)
+    """The head history from its (seq, payload) rows (None: empty or missing; `_history` decides)."""
     if rows is None:
         return None
     messages = cache.load(rows)
@@ -137,17 +148,51 @@ class _Ops:
         encoded = _log.encode_events(
             [NewEvent.of_message(_as_message(m), origin=origin) for m in messages]  # type: ignore[arg-type]
         )
+        tenant = self.tenant
+        if encoded:  # the fast paths: the common case, in place at the head
+            _log._check_id(conversation_id, "conversation")
+            if idempotency_key is not None:
+                _log.check_text(idempotency_key, "idempotency key")
         return Op(
             f"appending to conversation '{conversation_id}'",
             True,
-            fast=lambda c: _log.append_in_place(
-                c,
-                self.tenant,
-                conversation_id,
-                encoded,
-                expected=expected,
-                run_id=run_id,
-                idempotency_key=idempotency_key,
+            fast=lambda c: (
+                _log.appended_in_place(
+                    conversation_id,
+                    _fastpath.append_postgres(
+                        c,
+                        tenant,
+                        conversation_id,
+                        encoded,
+                        expected=expected,
+                        run_id=run_id,
+                        idempotency_key=idempotency_key,
+                    ),
+                    encoded,
+                    run_id,
+                    idempotency_key,
+                )
+                if encoded
+                else None
+            ),
+            sqlite=lambda cursor: (
+                _log.appended_in_place(
+                    conversation_id,
+                    _fastpath.append_sqlite(
+                        cursor,
+                        tenant,
+                        conversation_id,
+                        encoded,
+                        expected=expected,
+                        run_id=run_id,
+                        idempotency_key=idempotency_key,
+                    ),
+                    encoded,
+                    run_id,
+                    idempotency_key,
+                )
+                if encoded
+                else None
             ),
             fn=lambda c: _log.append_messages(
                 c,
@@ -163,13 +208,23 @@ class _Ops:
     def history(
         self, conversation_id: str, at: int | Position | datetime | None, repaired: bool
     ) -> Op[list[Message]]:
-        return Op(
+        read = Op(
             f"reading the history of conversation '{conversation_id}'",
             False,
             lambda c: _history(c, self.tenant, conversation_id, at, repaired, self.cache),
-            fast=None
-            if at is not None
-            else lambda c: _head_history(c, self.tenant, conversation_id, repaired, self.cache),
+        )
+        if at is not None:
+            return read
+        _log._check_id(conversation_id, "conversation")
+        tenant, cache = self.tenant, self.cache
+        return replace(
+            read,
+            fast=lambda c: _head_messages(
+                _fastpath.head_payloads_postgres(c, tenant, conversation_id), repaired, cache
+            ),
+            sqlite=lambda cursor: _head_messages(
+                _fastpath.head_payloads_sqlite(cursor, tenant, conversation_id), repaired, cache
+            ),
         )
 
     def fork(
@@ -323,8 +378,12 @@ def _run_fast(conn: Connection, fast: Callable[[Connection], T | None], /) -> T 
 
 
 def _in_transaction(conn: Connection, op: Op[T]) -> T:
-    if op.fast is not None and not _fastpath.one_statement(conn):
-        done = op.fast(conn)
+    if op.sqlite is not None and is_sqlite(conn):
+        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        try:
+            done = op.sqlite(cursor)
+        finally:
+            cursor.close()
         if done is not None:
             return done
     return op.fn(conn)
@@ -339,6 +398,9 @@ class Store:
     def __init__(self, engine: Engine, *, owns_engine: bool, message_cache: int = 10_000) -> None:
         self.engine = engine
         self._owns_engine = owns_engine
+        # SQLite: operations with a plain-SQL form run on driver connections
+        # of their own (see `SqliteDriverConnections`).
+        self._driver = SqliteDriverConnections(engine) if is_sqlite(engine) else None
         self.message_cache = MessageCache(message_cache)
 
     @classmethod
@@ -382,6 +444,8 @@ class Store:
 
     def close(self) -> None:
         """Release the connection pool (of an engine this store created)."""
+        if self._driver is not None:
+            self._driver.close()
         if self._owns_engine:
             self.engine.dispose()
 
@@ -468,8 +532,13 @@ class Store:
 
     def execute(self, op: Op[T]) -> T:
         """Run one operation in its own transaction."""
+        if op.sqlite is not None and self._driver is not None:
+            with translating(op.action):
+                done = self._driver.run(op.write, op.sqlite)
+            if done is not None:
+                return done
         with translating(op.action), self.engine.connect() as conn:
-            if op.fast is not None and _fastpath.one_statement(conn):
+            if op.fast is not None and not is_sqlite(conn):
                 done = _run_fast(conn, op.fast)
                 if done is not None:
                     return done
@@ -790,7 +859,7 @@ class AsyncStore:
         with translating(op.action):
             async with self.engine.connect() as conn:
                 fast = op.fast
-                if fast is not None and _fastpath.one_statement(conn.sync_connection):  # type: ignore[arg-type]
+                if fast is not None and self.engine.dialect.name != "sqlite":
                     done = await conn.run_sync(lambda c: _run_fast(c, fast))
                     if done is not None:
                         return done

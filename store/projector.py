@@ -21,6 +21,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from store._dialect import sqlite_time
 from store._values import Position
 from store.schema import branches, conversations, events, runs, view_entries
 
@@ -254,7 +255,7 @@ def head_at(conn: Connection, conversation_id: str, when: datetime) -> Position 
         when = when.replace(tzinfo=UTC)
     value: Any = when
     if conn.dialect.name == "sqlite":
-        value = when.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+        value = sqlite_time(when)
     row = conn.execute(
         sa.select(events.c.branch_id, events.c.position)
         .where(
