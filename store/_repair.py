@@ -63,8 +63,38 @@ class Pairing:
 
 def repaired(messages: Sequence[Message]) -> list[Message]:
     """`normalize_history`'s messages without its report (no truncation scan)."""
+    if well_formed(messages):
+        return list(messages)
     pairing = pair(messages, detect_truncated=False)
     return list(messages) if pairing.changes_nothing else assemble(messages, pairing)[0]
+
+
+def well_formed(messages: Sequence[Message]) -> bool:
+    """Whether the history needs no repair: every call with an id answered once,
+    in the block of tool messages right after its turn, and nothing else there.
+
+    A cheaper pass than `pair` for the common case (a history that was
+    repaired before it was stored): only the current turn's open calls are
+    tracked. True implies `pair(messages).changes_nothing`; False only means
+    `pair` must look.
+    """
+    open_ids: set[str | None] = set()
+    for message in messages:
+        role = message.role
+        if role == "tool":
+            call_id = message.tool_call_id
+            if call_id not in open_ids:  # dropped, misplaced or a duplicate
+                return False
+            open_ids.remove(call_id)
+            continue
+        if open_ids:  # a call left unanswered
+            return False
+        if role == "assistant" and message.tool_calls:
+            ids = [call.id for call in message.tool_calls if call.id is not None]
+            open_ids.update(ids)
+            if len(open_ids) != len(ids):  # an id used twice in one turn
+                return False
+    return not open_ids
 
 
 def pair(messages: Sequence[Message], *, detect_truncated: bool = True) -> Pairing:

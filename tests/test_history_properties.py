@@ -29,6 +29,7 @@ from store import (
     UnknownPart,
     UnsafePart,
     UrlPart,
+    _repair,
     budget_history,
     normalize_history,
     sanitize_history,
@@ -243,6 +244,23 @@ def test_normalize_answers_every_call_exactly_once_right_after_its_turn(
 
 
 @PROPERTY
+@given(histories())
+def test_the_quick_well_formed_check_agrees_with_normalize(history: list[Message]) -> None:
+    # Reads skip the repair when `well_formed` says so: it must never say so
+    # of a history that normalize would change, and must say so of one that
+    # normalize already repaired.
+    repaired, report = normalize_history(history)
+    if _repair.well_formed(history):
+        assert repaired == history
+        assert not (report.synthesized or report.dropped or report.moved)
+    # It recognizes a repaired history, unless a turn reuses an id (then it
+    # leaves the history to the full pass).
+    ids_per_turn = [[c.id for c in m.tool_calls if c.id is not None] for m in repaired]
+    if all(len(set(ids)) == len(ids) for ids in ids_per_turn):
+        assert _repair.well_formed(repaired)
+    assert _repair.repaired(history) == repaired
+
+
 @given(histories())
 def test_normalize_is_idempotent(history: list[Message]) -> None:
     once, first = normalize_history(history)
