@@ -13,6 +13,7 @@ connections marked for writing, a plain (deferred) `BEGIN` for reads.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, TypeVar
@@ -29,9 +30,9 @@ T = TypeVar("T")
 
 __all__ = [
     "DEFAULT_URL",
+    "DriverConnections",
     "Durability",
     "InsertingTransaction",
-    "SqliteDriverConnections",
     "commit_order",
     "create_engine",
     "db_now",
@@ -119,65 +120,80 @@ def install_sqlite_hooks(
             cursor.close()
 
 
-class SqliteDriverConnections:
-    """Idle SQLite driver connections for operations written in plain SQL.
+class DriverConnections:
+    """Idle driver connections for operations written in plain SQL.
 
     Each is checked out of the engine's pool once and detached from it
     (`_ConnectionFairy.detach`), so it carries the engine's connect-time
     settings (the hooks above) but costs no pool bookkeeping per use: taking
-    one is a list pop. A chat-loop append spends less time in SQLite than a
-    pool checkout and return took. At most `keep` idle connections are kept;
-    a connection that saw an error, or comes back after `close`, is closed.
+    one is a list pop. A chat-loop append spends less time in the database's
+    own work than a pool checkout, SQLAlchemy's `Connection` and result
+    machinery took around it. At most `keep` idle connections are kept, none
+    older than `recycle` seconds (the pool's own `pool_recycle`); a connection
+    that saw an error, or comes back after `close`, is closed.
+
+    On SQLite, `run` wraps the function in `BEGIN IMMEDIATE` (a write) or
+    `BEGIN` and `COMMIT`; on Postgres the connections are in autocommit mode
+    and the function runs one self-contained statement.
     """
 
-    def __init__(self, engine: Engine, keep: int = 8) -> None:
+    def __init__(self, engine: Engine, keep: int = 8, recycle: float = 1800.0) -> None:
         self._engine = engine
+        self._sqlite = is_sqlite(engine)
         self._keep = keep
-        self._idle: list[Any] = []
+        self._recycle = recycle
+        self._idle: list[tuple[float, Any]] = []
         self._pid = os.getpid()
         self._closed = False
 
     def run(self, write: bool, fn: Callable[[Any], T | None]) -> T | None:
         """`fn(cursor)` in its own transaction: committed unless it returns None or raises."""
-        fairy = self._take()
+        born, fairy = self._take()
         healthy = False
         try:
             dbapi = fairy.dbapi_connection
             cursor = dbapi.cursor()
             try:
-                cursor.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-                try:
-                    done = fn(cursor)
-                    cursor.execute("ROLLBACK" if done is None else "COMMIT")
-                except BaseException:
-                    dbapi.rollback()
-                    raise
+                if not self._sqlite:
+                    done = fn(cursor)  # one statement, atomic by itself
+                else:
+                    cursor.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+                    try:
+                        done = fn(cursor)
+                        cursor.execute("ROLLBACK" if done is None else "COMMIT")
+                    except BaseException:
+                        dbapi.rollback()
+                        raise
             finally:
                 cursor.close()
             healthy = True
             return done
         finally:
-            self._give(fairy, healthy)
+            self._give(born, fairy, healthy)
 
     def close(self) -> None:
         """Close the idle connections; those in use close when they come back."""
         self._closed = True
         while self._idle:
-            self._idle.pop().close()
+            self._idle.pop()[1].close()
 
-    def _take(self) -> Any:
+    def _take(self) -> tuple[float, Any]:
         if os.getpid() != self._pid:  # a forked child must not share its parent's
             self._idle, self._pid = [], os.getpid()
-        try:
-            return self._idle.pop()
-        except IndexError:
-            fairy = self._engine.raw_connection()
-            fairy.detach()
-            return fairy
+        while self._idle:
+            born, idle = self._idle.pop()
+            if time.monotonic() - born < self._recycle:
+                return born, idle
+            idle.close()
+        fairy: Any = self._engine.raw_connection()
+        fairy.detach()
+        if not self._sqlite:
+            fairy.dbapi_connection.autocommit = True
+        return time.monotonic(), fairy
 
-    def _give(self, fairy: Any, healthy: bool) -> None:
+    def _give(self, born: float, fairy: Any, healthy: bool) -> None:
         if healthy and not self._closed and len(self._idle) < self._keep:
-            self._idle.append(fairy)
+            self._idle.append((born, fairy))
         else:
             fairy.close()
 

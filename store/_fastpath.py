@@ -31,8 +31,6 @@ from hashlib import sha256
 from operator import itemgetter
 from typing import Any
 
-from sqlalchemy.engine import Connection
-
 from store import _chain
 from store._dialect import sqlite_clock, sqlite_time
 from store._values import NewEvent
@@ -136,7 +134,7 @@ _SQLITE_MOVE = (
 
 
 def append_postgres(
-    conn: Connection,
+    cursor: Any,
     tenant: str,
     conversation_id: str,
     encoded: Sequence[tuple[NewEvent, str]],
@@ -145,13 +143,14 @@ def append_postgres(
     run_id: str | None,
     idempotency_key: str | None,
 ) -> InPlace | None:
-    """Append in place as one autocommit statement, or return None having written nothing.
+    """Append in place as one statement on an autocommit DB-API cursor, or
+    return None having written nothing.
 
     Raises nothing for a missing conversation: the general path that follows
     reports it.
     """
     ids = [new_id() for _ in encoded]
-    rows = conn.exec_driver_sql(
+    cursor.execute(
         _APPEND,
         {
             "cid": conversation_id,
@@ -165,13 +164,15 @@ def append_postgres(
             "run_id": run_id,
             "count": len(encoded),
         },
-    ).all()
-    if not rows or rows[0].seq is None:
+    )
+    rows = cursor.fetchall()
+    # Columns: head_branch_id, head_position, seq, position, recorded_at, kind, hash.
+    if not rows or rows[0][2] is None:
         return None
     return InPlace(
-        branch_id=str(rows[0].head_branch_id),
+        branch_id=str(rows[0][0]),
         ids=ids,
-        written=[(r.seq, r.position, r.recorded_at, bytes(r.hash)) for r in rows],
+        written=[(r[2], r[3], r[4], bytes(r[6])) for r in rows],
     )
 
 
@@ -277,15 +278,16 @@ _SQLITE_HEAD_PAYLOADS = _HEAD_PAYLOADS.format(id="?", tenant="?")
 
 
 def head_payloads_postgres(
-    conn: Connection, tenant: str, conversation_id: str
+    cursor: Any, tenant: str, conversation_id: str
 ) -> list[tuple[int, str]] | None:
     """The head view's (seq, payload) rows in one query; None when there are none.
 
     None covers both an empty history and a conversation that does not exist
     for this tenant; the caller tells them apart.
     """
-    rows = conn.exec_driver_sql(_PG_HEAD_PAYLOADS, {"id": conversation_id, "tenant": tenant})
-    return [(r[0], r[1]) for r in rows] or None
+    cursor.execute(_PG_HEAD_PAYLOADS, {"id": conversation_id, "tenant": tenant})
+    rows: list[tuple[int, str]] = cursor.fetchall()
+    return rows or None
 
 
 def head_payloads_sqlite(

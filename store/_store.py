@@ -21,8 +21,8 @@ from store import _fastpath, _log, _migrate, _repair, _runs, _verify, projector
 from store._cache import MessageCache
 from store._dialect import (
     WRITE,
+    DriverConnections,
     Durability,
-    SqliteDriverConnections,
     create_engine,
     install_sqlite_hooks,
     is_sqlite,
@@ -58,10 +58,10 @@ class Op(Generic[T]):
     action: str
     write: bool
     fn: Callable[[Connection], T]
-    fast: Callable[[Connection], T | None] | None = None
-    """Postgres: an attempt as one self-contained statement outside a
-    transaction, tried first; None from it means nothing was written and `fn`
-    runs as usual."""
+    postgres: Callable[[Any], T | None] | None = None
+    """Postgres: an attempt as one self-contained statement on an autocommit
+    DB-API cursor, tried first; None from it means nothing was written and
+    `fn` runs as usual."""
     sqlite: Callable[[Any], T | None] | None = None
     """SQLite: an attempt in plain SQL on a DB-API cursor, inside the
     operation's transaction, tried first; None means nothing was written and
@@ -156,7 +156,7 @@ class _Ops:
         return Op(
             f"appending to conversation '{conversation_id}'",
             True,
-            fast=lambda c: (
+            postgres=lambda c: (
                 _log.appended_in_place(
                     conversation_id,
                     _fastpath.append_postgres(
@@ -219,7 +219,7 @@ class _Ops:
         tenant, cache = self.tenant, self.cache
         return replace(
             read,
-            fast=lambda c: _head_messages(
+            postgres=lambda c: _head_messages(
                 _fastpath.head_payloads_postgres(c, tenant, conversation_id), repaired, cache
             ),
             sqlite=lambda cursor: _head_messages(
@@ -366,12 +366,16 @@ def _ended(result: tuple[Conversation | None, ConflictError | None]) -> Conversa
 # -- sync ---------------------------------------------------------------------------
 
 
-def _run_fast(conn: Connection, fast: Callable[[Connection], T | None], /) -> T | None:
+def _run_fast(conn: Connection, fast: Callable[[Any], T | None], /) -> T | None:
     """Try an operation's one-statement form in autocommit mode (one round trip)."""
     default = conn.default_isolation_level
     conn.execution_options(isolation_level="AUTOCOMMIT")
     try:
-        return fast(conn)
+        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        try:
+            return fast(cursor)
+        finally:
+            cursor.close()
     finally:
         conn.rollback()  # ends SQLAlchemy's logical transaction; the statement committed itself
         conn.execution_options(isolation_level=default)
@@ -398,9 +402,10 @@ class Store:
     def __init__(self, engine: Engine, *, owns_engine: bool, message_cache: int = 10_000) -> None:
         self.engine = engine
         self._owns_engine = owns_engine
-        # SQLite: operations with a plain-SQL form run on driver connections
-        # of their own (see `SqliteDriverConnections`).
-        self._driver = SqliteDriverConnections(engine) if is_sqlite(engine) else None
+        # Operations with a plain-SQL form for this database run on driver
+        # connections of their own (see `DriverConnections`).
+        self._sqlite = is_sqlite(engine)
+        self._driver = DriverConnections(engine)
         self.message_cache = MessageCache(message_cache)
 
     @classmethod
@@ -444,8 +449,7 @@ class Store:
 
     def close(self) -> None:
         """Release the connection pool (of an engine this store created)."""
-        if self._driver is not None:
-            self._driver.close()
+        self._driver.close()
         if self._owns_engine:
             self.engine.dispose()
 
@@ -532,16 +536,13 @@ class Store:
 
     def execute(self, op: Op[T]) -> T:
         """Run one operation in its own transaction."""
-        if op.sqlite is not None and self._driver is not None:
+        direct = op.sqlite if self._sqlite else op.postgres
+        if direct is not None:
             with translating(op.action):
-                done = self._driver.run(op.write, op.sqlite)
+                done = self._driver.run(op.write, direct)
             if done is not None:
                 return done
         with translating(op.action), self.engine.connect() as conn:
-            if op.fast is not None and not is_sqlite(conn):
-                done = _run_fast(conn, op.fast)
-                if done is not None:
-                    return done
             if op.write:
                 conn.execution_options(**{WRITE: True})
             with conn.begin():
@@ -858,7 +859,7 @@ class AsyncStore:
         """Run one operation in its own transaction, through `run_sync`."""
         with translating(op.action):
             async with self.engine.connect() as conn:
-                fast = op.fast
+                fast = op.postgres
                 if fast is not None and self.engine.dialect.name != "sqlite":
                     done = await conn.run_sync(lambda c: _run_fast(c, fast))
                     if done is not None:
