@@ -1,0 +1,71 @@
+"""The store's own driver connections, which run the plain-SQL operations."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+
+from store import Message, StorageError, Store
+from store._dialect import DriverConnections, create_engine
+from tests.conftest import _libpq
+
+
+def test_a_connection_the_server_dropped_fails_one_append_and_writes_nothing(
+    postgres_url: str,
+) -> None:
+    with Store.open(postgres_url) as store:
+        ledger = store.tenant("dropped")
+        conv = ledger.create_conversation()
+        ledger.append_messages(conv.id, [Message(role="user", content="before")])
+        with psycopg.connect(_libpq(postgres_url), autocommit=True) as admin:
+            killed = admin.execute(
+                # CASE, not AND: SQL does not promise to test the pid first.
+                "SELECT count(*) FILTER (WHERE CASE WHEN pid <> pg_backend_pid() "
+                "THEN pg_terminate_backend(pid) ELSE false END) "
+                "FROM pg_stat_activity WHERE datname = current_database()"
+            ).fetchone()
+        assert killed is not None and killed[0] >= 1
+        with pytest.raises(StorageError):
+            ledger.append_messages(conv.id, [Message(role="user", content="lost")])
+        # The broken connection was thrown away: the next append gets a new one.
+        ledger.append_messages(conv.id, [Message(role="user", content="after")])
+        assert [m.content for m in ledger.history(conv.id)] == ["before", "after"]
+
+
+def test_driver_connections_are_reused_and_closed_by_close(database_url: str) -> None:
+    engine = create_engine(database_url)
+    connections = DriverConnections(engine)
+    seen: list[Any] = []
+
+    def remember(cursor: Any) -> int:
+        seen.append(cursor.connection)
+        cursor.execute("SELECT 1")
+        return int(cursor.fetchone()[0])
+
+    assert connections.run(False, remember) == 1
+    assert connections.run(True, remember) == 1
+    assert seen[0] is seen[1]  # one connection, taken and given back
+    connections.close()
+    with pytest.raises(Exception, match=r"(?i)closed"):
+        seen[0].cursor().execute("SELECT 1")
+    engine.dispose()
+
+
+def test_a_connection_that_saw_an_error_is_not_reused(database_url: str) -> None:
+    engine = create_engine(database_url)
+    connections = DriverConnections(engine)
+    seen: list[Any] = []
+
+    def fail(cursor: Any) -> None:
+        seen.append(cursor.connection)
+        cursor.execute("SELECT no_such_column FROM chatledger_conversations")
+
+    with pytest.raises(Exception, match="no_such_column"):
+        connections.run(True, fail)
+    with pytest.raises(Exception, match="no_such_column"):
+        connections.run(True, fail)
+    assert seen[0] is not seen[1]
+    connections.close()
+    engine.dispose()
