@@ -381,8 +381,9 @@ def _run_fast(conn: Connection, fast: Callable[[Any], T | None], /) -> T | None:
         conn.execution_options(isolation_level=default)
 
 
-def _in_transaction(conn: Connection, op: Op[T]) -> T:
-    if op.sqlite is not None and is_sqlite(conn):
+def _in_transaction(conn: Connection, op: Op[T], tried: bool = False) -> T:
+    """`op` inside the transaction on `conn`; its SQLite form first, unless `tried`."""
+    if op.sqlite is not None and not tried and is_sqlite(conn):
         cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
         try:
             done = op.sqlite(cursor)
@@ -546,7 +547,7 @@ class Store:
             if op.write:
                 conn.execution_options(**{WRITE: True})
             with conn.begin():
-                return _in_transaction(conn, op)
+                return _in_transaction(conn, op, tried=direct is not None)
 
 
 class Ledger:
