@@ -175,6 +175,15 @@ def test_events_are_the_raw_log_in_order(ledger: Ledger) -> None:
     assert events[0].seq < events[1].seq
 
 
+def test_an_append_returns_its_events_exactly_as_the_log_holds_them(ledger: Ledger) -> None:
+    conv = ledger.create_conversation()
+    ledger.append_messages(conv.id, [user("first")])
+    appended = ledger.append_messages(conv.id, [user(str(i)) for i in range(5)])
+    logged = {e.seq: e for e in ledger.events(conversation_id=conv.id)}
+    assert [e.position for e in appended.events] == [3, 4, 5, 6, 7]
+    assert [logged.get(e.seq) for e in appended.events] == appended.events
+
+
 def test_move_head_back_opens_an_edit_branch(ledger: Ledger) -> None:
     conv = ledger.create_conversation()
     ledger.append_messages(conv.id, [user("one")])
