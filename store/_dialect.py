@@ -13,6 +13,7 @@ connections marked for writing, a plain (deferred) `BEGIN` for reads.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -121,67 +122,91 @@ def install_sqlite_hooks(
 
 
 class DriverConnections:
-    """Idle driver connections for operations written in plain SQL.
+    """Driver connections of the store's own, for operations written in plain SQL.
 
     Each is checked out of the engine's pool once and detached from it
     (`_ConnectionFairy.detach`), so it carries the engine's connect-time
     settings (the hooks above) but costs no pool bookkeeping per use: taking
-    one is a list pop. A chat-loop append spends less time in the database's
-    own work than a pool checkout, SQLAlchemy's `Connection` and result
-    machinery took around it. At most `keep` idle connections are kept, none
-    older than `recycle` seconds (the pool's own `pool_recycle`); a connection
-    that saw an error, or comes back after `close`, is closed.
+    an idle one is a list pop. A chat-loop append spends less time in the
+    database's own work than a pool checkout, SQLAlchemy's `Connection` and
+    result machinery took around it.
+
+    At most `size` exist at once, idle or in use; when all are in use, `run`
+    declines (returns `(False, None)`) and the caller takes the pool's path,
+    where the pool's own limits and timeout apply. None is kept longer than
+    `recycle` seconds (the pool's `pool_recycle`). A connection that saw an
+    error is closed; one that was cut off (the server restarted, say) also
+    closes every idle one, since they are likely cut off too, as the pool
+    invalidates itself on a disconnect.
 
     On SQLite, `run` wraps the function in `BEGIN IMMEDIATE` (a write) or
-    `BEGIN` and `COMMIT`; on Postgres the connections are in autocommit mode
+    `BEGIN`, and `COMMIT`; on Postgres the connections are in autocommit mode
     and the function runs one self-contained statement.
     """
 
-    def __init__(self, engine: Engine, keep: int = 8, recycle: float = 1800.0) -> None:
+    def __init__(self, engine: Engine, size: int = 8, recycle: float = 1800.0) -> None:
         self._engine = engine
         self._sqlite = is_sqlite(engine)
-        self._keep = keep
         self._recycle = recycle
         self._idle: list[tuple[float, Any]] = []
+        self._slots = threading.BoundedSemaphore(size)
         self._pid = os.getpid()
         self._closed = False
 
-    def run(self, write: bool, fn: Callable[[Any], T | None]) -> T | None:
-        """`fn(cursor)` in its own transaction: committed unless it returns None or raises."""
-        born, fairy = self._take()
-        healthy = False
+    def run(self, write: bool, fn: Callable[[Any], T | None]) -> tuple[bool, T | None]:
+        """`fn(cursor)` in its own transaction, committed unless it returns None or raises.
+
+        Returns (False, None) without running it when every connection is in use.
+        """
+        if not self._slots.acquire(blocking=False):
+            return False, None
         try:
-            dbapi = fairy.dbapi_connection
-            cursor = dbapi.cursor()
+            born, fairy = self._take()
+            healthy = False
             try:
-                if not self._sqlite:
-                    done = fn(cursor)  # one statement, atomic by itself
-                else:
-                    cursor.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-                    try:
-                        done = fn(cursor)
-                        cursor.execute("ROLLBACK" if done is None else "COMMIT")
-                    except BaseException:
-                        dbapi.rollback()
-                        raise
+                dbapi = fairy.dbapi_connection
+                cursor = dbapi.cursor()
+                try:
+                    if not self._sqlite:
+                        done = fn(cursor)  # one statement, atomic by itself
+                    else:
+                        cursor.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+                        try:
+                            done = fn(cursor)
+                            cursor.execute("ROLLBACK" if done is None else "COMMIT")
+                        except BaseException:
+                            dbapi.rollback()
+                            raise
+                finally:
+                    cursor.close()
+                healthy = True
+                return True, done
             finally:
-                cursor.close()
-            healthy = True
-            return done
+                self._give(born, fairy, healthy)
         finally:
-            self._give(born, fairy, healthy)
+            self._slots.release()
 
     def close(self) -> None:
         """Close the idle connections; those in use close when they come back."""
         self._closed = True
-        while self._idle:
-            self._idle.pop()[1].close()
+        self._drop_idle()
+
+    def _drop_idle(self) -> None:
+        while True:
+            try:
+                _, idle = self._idle.pop()
+            except IndexError:
+                return
+            idle.close()
 
     def _take(self) -> tuple[float, Any]:
         if os.getpid() != self._pid:  # a forked child must not share its parent's
             self._idle, self._pid = [], os.getpid()
-        while self._idle:
-            born, idle = self._idle.pop()
+        while True:
+            try:
+                born, idle = self._idle.pop()
+            except IndexError:
+                break
             if time.monotonic() - born < self._recycle:
                 return born, idle
             idle.close()
@@ -192,10 +217,15 @@ class DriverConnections:
         return time.monotonic(), fairy
 
     def _give(self, born: float, fairy: Any, healthy: bool) -> None:
-        if healthy and not self._closed and len(self._idle) < self._keep:
+        if healthy and not self._closed:
             self._idle.append((born, fairy))
-        else:
-            fairy.close()
+            if self._closed:  # closed meanwhile
+                self._drop_idle()
+            return
+        cut_off = not healthy and bool(getattr(fairy.dbapi_connection, "closed", False))
+        fairy.close()
+        if cut_off:
+            self._drop_idle()
 
 
 def sqlite_clock() -> datetime:

@@ -16,9 +16,10 @@ case, in plain SQL prepared once:
   `BEGIN IMMEDIATE` transaction (`Store.execute` opens it on the pooled
   driver connection directly).
 
-When the common case does not apply, nothing is written and None is returned;
-the general path decides (on SQLite in the same transaction). Both paths run
-under the one conformance suite.
+When the common case does not apply, nothing is written (on SQLite the
+transaction is rolled back) and None is returned; the general path then
+decides in a transaction of its own, reading everything afresh. Both paths
+run under the one conformance suite.
 """
 
 from __future__ import annotations

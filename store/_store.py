@@ -329,6 +329,8 @@ class _Ops:
     def verify(
         self, conversation_ids: list[str] | None, recompute: Recompute
     ) -> Op[list[Verification]]:
+        for conversation_id in conversation_ids or ():
+            _log._check_id(conversation_id, "conversation")
         return Op(
             "verifying hash chains",
             False,
@@ -538,16 +540,21 @@ class Store:
     def execute(self, op: Op[T]) -> T:
         """Run one operation in its own transaction."""
         direct = op.sqlite if self._sqlite else op.postgres
+        tried = False
         if direct is not None:
             with translating(op.action):
-                done = self._driver.run(op.write, direct)
+                tried, done = self._driver.run(op.write, direct)
             if done is not None:
                 return done
         with translating(op.action), self.engine.connect() as conn:
+            if op.postgres is not None and not tried and not self._sqlite:
+                done = _run_fast(conn, op.postgres)
+                if done is not None:
+                    return done
             if op.write:
                 conn.execution_options(**{WRITE: True})
             with conn.begin():
-                return _in_transaction(conn, op, tried=direct is not None)
+                return _in_transaction(conn, op, tried=tried)
 
 
 class Ledger:

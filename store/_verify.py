@@ -25,7 +25,8 @@ class Verification:
 
     Attributes:
         ok: every event matches its chain and nothing is missing.
-        checked: how many events were recomputed.
+        checked: how many events were hashed (when the client finds a
+            mismatch, those up to it; the database hashes them all).
         problem: what is wrong, as a sentence, when not ok.
         event_seq: the `seq` of the first event that does not match (or of
             the event after a gap), when there is one.
@@ -67,6 +68,7 @@ def verify_many(
     recompute: Recompute = "auto",
 ) -> list[Verification]:
     """Verify the given conversations, or every one (of `tenant`, or of all tenants)."""
+    check_recompute(recompute)
     if recompute == "database" and is_sqlite(conn):
         raise InvalidInputError(
             "SQLite cannot recompute sha256 in SQL: verify with recompute='client' "
@@ -78,11 +80,13 @@ def verify_many(
         ids = [c.id for c in chunk]
         counts = _counts(conn, ids)
         broken = _orphans(conn, ids)
-        chains = (_verify_here if here else _verify_in_database)(conn, chunk, counts)
+        chains, hashed = (_verify_here if here else _verify_in_database)(conn, ids)
         ends = _check_ends(conn, ids)
         for conv in chunk:
             result = broken.get(conv.id) or chains.get(conv.id) or ends.get(conv.id)
-            checked = counts.get(conv.id, 0)
+            checked = hashed.get(conv.id, 0)
+            if result is None and checked != counts.get(conv.id, 0):
+                result = _strays(conn, conv.id, counts.get(conv.id, 0) - checked)
             if result is None:
                 verification = Verification(conv.id, True, checked, conv.head_hash.hex())
             else:
@@ -99,6 +103,31 @@ def verify_many(
             if progress is not None:
                 progress(verification)
     return results
+
+
+def check_recompute(recompute: str) -> None:
+    """Refuse a `recompute` that is not one of `Recompute`'s values."""
+    if recompute not in ("auto", "database", "client"):
+        raise InvalidInputError(
+            f"recompute must be 'auto', 'database' or 'client', not {recompute!r}."
+        )
+
+
+def _strays(conn: Connection, conversation_id: str, count: int) -> _Problem:
+    """Events of the conversation that lie on none of its branches (so no chain covers them)."""
+    seq, event_id = _raw(
+        conn,
+        "SELECT e.seq, CAST(e.id AS TEXT) FROM chatledger_events e WHERE e.conversation_id {ids} "
+        "AND NOT EXISTS (SELECT 1 FROM chatledger_branches b WHERE b.id = e.branch_id "
+        "AND b.conversation_id = e.conversation_id) ORDER BY e.seq LIMIT 1",
+        [conversation_id],
+    )[0]
+    return _Problem(
+        f"{count} event(s) of the conversation lie on none of its branches, the first being "
+        f"event {seq} (id '{event_id}'): they were added or moved after the log was written.",
+        seq,
+        event_id,
+    )
 
 
 def _chunks(
@@ -231,11 +260,12 @@ _ROWS = (
 )
 
 
-def _verify_here(
-    conn: Connection, chunk: list[_Conversation], counts: dict[str, int]
-) -> dict[str, _Problem]:
-    """The chains recomputed in this process, from the rows as stored."""
-    ids = [c.id for c in chunk]
+def _verify_here(conn: Connection, ids: list[str]) -> tuple[dict[str, _Problem], dict[str, int]]:
+    """The chains recomputed in this process, from the rows as stored.
+
+    Returns the first problem of each broken conversation, and per
+    conversation how many events were hashed.
+    """
     # The payload comes as its UTF-8 bytes: what the hash covers, with no
     # decoding and re-encoding of every row's text.
     sql = _ROWS.format(
@@ -284,62 +314,88 @@ def _verify_here(
         for row in rows_by_branch.get(branch_id, ()):
             i, c, b, position, run_id, kind, origin, head, key, payload, seq, stored_hash = row
             if position != expected:
-                problems[c] = _gap(expected, (seq, i, b, position, kind), done)
+                problems[conversation_id] = _gap(expected, (seq, i, b, position, kind), done)
                 break
             done += 1
             computed = sha256(
                 previous + header(i, c, b, position, run_id, kind, origin, head, key) + payload
             ).digest()
             if computed != stored_hash:
-                problems[c] = _mismatch((seq, i, b, position, kind), done)
+                problems[conversation_id] = _mismatch((seq, i, b, position, kind), done)
                 break
             previous = stored_hash
             expected += 1
         checked[conversation_id] = done
-    return problems
+    return problems, checked
 
 
 _GENESIS_SQL = "'\\x" + "00" * 32 + "'::bytea"
 
 # Each branch's events in position order (the unique index gives that order,
 # so no sort), each hashed against the one before it (`lag`), the first
-# against the event its branch continues. Only the first failing row of each
-# conversation comes back.
+# against the event its branch continues. Per conversation, only the count of
+# hashed events and the first failing event (with the position it should
+# have had) come back.
 _IN_DATABASE = f"""
-SELECT DISTINCT ON (b.conversation_id)
-  b.conversation_id::text, x.seq, x.id::text, b.id::text, x.position, x.kind, x.expected
+SELECT b.conversation_id::text, count(*),
+  (array_agg(x.seq ORDER BY b.id, x.position) FILTER (WHERE x.bad))[1],
+  (array_agg(x.expected ORDER BY b.id, x.position) FILTER (WHERE x.bad))[1]
 FROM chatledger_branches b
 LEFT JOIN chatledger_branches pb ON pb.id = b.parent_branch_id
 LEFT JOIN chatledger_events p
   ON p.conversation_id = pb.conversation_id AND p.branch_id = pb.id
   AND p.position = b.parent_position
 CROSS JOIN LATERAL (
-  SELECT e.seq, e.id, e.position, e.kind,
-    coalesce(lag(e.position) OVER w, b.parent_position, 0) + 1 AS expected,
-    e.hash = pg_catalog.sha256(
-      coalesce(lag(e.hash) OVER w, p.hash, {_GENESIS_SQL}) || {{content}}
-    ) AS matches
-  FROM chatledger_events e
-  WHERE e.conversation_id = b.conversation_id AND e.branch_id = b.id
-  WINDOW w AS (ORDER BY e.position)
+  SELECT y.seq, y.position, y.expected, y.position <> y.expected OR NOT y.matches AS bad
+  FROM (
+    SELECT e.seq, e.position,
+      coalesce(lag(e.position) OVER w, b.parent_position, 0) + 1 AS expected,
+      e.hash = pg_catalog.sha256(
+        coalesce(lag(e.hash) OVER w, p.hash, {_GENESIS_SQL}) || {{content}}
+      ) AS matches
+    FROM chatledger_events e
+    WHERE e.conversation_id = b.conversation_id AND e.branch_id = b.id
+    WINDOW w AS (ORDER BY e.position)
+  ) y
 ) x
-WHERE b.conversation_id {{{{ids}}}} AND (x.position <> x.expected OR NOT x.matches)
-ORDER BY b.conversation_id, b.id, x.position
+WHERE b.conversation_id {{{{ids}}}}
+GROUP BY b.conversation_id
 """
+
+_NAMED = (
+    "SELECT seq, CAST(id AS TEXT), CAST(branch_id AS TEXT), position, kind "
+    "FROM chatledger_events WHERE seq = ANY(%s)"
+)
 
 
 def _verify_in_database(
-    conn: Connection, chunk: list[_Conversation], counts: dict[str, int]
-) -> dict[str, _Problem]:
-    """The chains recomputed by Postgres in one pass; only mismatches travel."""
+    conn: Connection, ids: list[str]
+) -> tuple[dict[str, _Problem], dict[str, int]]:
+    """The chains recomputed by Postgres in one pass; only counts and failures travel.
+
+    Returns what `_verify_here` returns.
+    """
     sql = _IN_DATABASE.format(content=_chain.content_sql(**{f: f"e.{f}" for f in _chain.FIELDS}))
-    problems: dict[str, _Problem] = {}
-    for conversation_id, *named, expected in _raw(conn, sql, [c.id for c in chunk]):
-        # A branch whose parent is gone (`_orphans`) has no previous hash here.
-        problems[conversation_id] = (
-            _gap(expected, named) if named[3] != expected else _mismatch(named)
-        )
-    return problems
+    hashed: dict[str, int] = {}
+    failed: dict[str, tuple[int, int]] = {}
+    for conversation_id, count, seq, expected in _raw(conn, sql, ids):
+        hashed[conversation_id] = count
+        if seq is not None:
+            failed[conversation_id] = (seq, expected)
+    if not failed:
+        return {}, hashed
+    dbapi: Any = conn.connection.dbapi_connection
+    cursor = dbapi.cursor()
+    try:
+        cursor.execute(_NAMED, ([seq for seq, _ in failed.values()],))
+        named = {row[0]: row for row in cursor.fetchall()}
+    finally:
+        cursor.close()
+    problems = {}
+    for conversation_id, (seq, expected) in failed.items():
+        row = named[seq]
+        problems[conversation_id] = _gap(expected, row) if row[3] != expected else _mismatch(row)
+    return problems, hashed
 
 
 def _check_ends(conn: Connection, ids: list[str]) -> dict[str, _Problem]:

@@ -44,12 +44,29 @@ def test_driver_connections_are_reused_and_closed_by_close(database_url: str) ->
         cursor.execute("SELECT 1")
         return int(cursor.fetchone()[0])
 
-    assert connections.run(False, remember) == 1
-    assert connections.run(True, remember) == 1
+    assert connections.run(False, remember) == (True, 1)
+    assert connections.run(True, remember) == (True, 1)
     assert seen[0] is seen[1]  # one connection, taken and given back
     connections.close()
     with pytest.raises(Exception, match=r"(?i)closed"):
         seen[0].cursor().execute("SELECT 1")
+    engine.dispose()
+
+
+def test_when_every_driver_connection_is_busy_run_declines(database_url: str) -> None:
+    # The store then takes the pool's path, where the pool's limits apply.
+    engine = create_engine(database_url)
+    connections = DriverConnections(engine, size=1)
+    inner: list[tuple[bool, int | None]] = []
+
+    def nested(cursor: Any) -> int:
+        inner.append(connections.run(False, lambda c: 2))
+        return 1
+
+    assert connections.run(False, nested) == (True, 1)
+    assert inner == [(False, None)]
+    assert connections.run(False, lambda c: 3) == (True, 3)  # the slot came back
+    connections.close()
     engine.dispose()
 
 

@@ -20,6 +20,7 @@ from store import (
     Store,
     _chain,
 )
+from store.ids import new_id
 from store.schema import events
 from tests.conftest import create_postgres_database, drop_postgres_database
 
@@ -134,6 +135,62 @@ def test_an_edit_with_a_recomputed_hash_breaks_the_next_link(
         )
     result = ledger.verify(conv, recompute=recompute)
     assert not result.ok and result.event_seq == after.seq, result.problem
+
+
+def test_an_event_added_outside_every_branch_is_found(
+    store: Store, ledger: Ledger, recompute: Recompute
+) -> None:
+    conv, _ = populate(ledger)
+    model = ledger.events(conversation_id=conv)[1]
+    with store.engine.begin() as conn:  # inserts pass the append-only triggers
+        conn.execute(
+            events.insert().values(
+                id=new_id(),
+                conversation_id=conv,
+                branch_id=new_id(),
+                position=1,
+                kind=model.kind,
+                origin=model.origin,
+                head=False,
+                recorded_at=model.recorded_at,
+                payload=model.payload_json,
+                hash=model.hash,
+            )
+        )
+    result = ledger.verify(conv, recompute=recompute)
+    assert not result.ok and "none of its branches" in (result.problem or "")
+
+
+def test_an_event_moved_to_another_conversation_is_blamed_on_both(
+    store: Store, ledger: Ledger, recompute: Recompute
+) -> None:
+    first, _ = populate(ledger)
+    second, _ = populate(ledger)
+    head = ledger.conversation(first).head
+    moved = next(
+        e
+        for e in ledger.events(conversation_id=first)
+        if (e.branch_id, e.position) == (head.branch_id, head.position)
+    )
+    with triggers_off(store) as conn:
+        conn.execute(
+            events.update().where(events.c.seq == moved.seq).values(conversation_id=second)
+        )
+    results = {
+        r.conversation_id: r
+        for r in ledger.verify_all(recompute=recompute)
+        if r.conversation_id in (first, second)
+    }
+    assert not results[first].ok
+    assert not results[second].ok and results[second].event_seq == moved.seq
+
+
+def test_malformed_ids_and_modes_are_invalid_input(ledger: Ledger) -> None:
+    with pytest.raises(InvalidInputError, match="canonical"):
+        ledger.verify("not-a-uuid")
+    conv = ledger.create_conversation()
+    with pytest.raises(InvalidInputError, match="recompute must be"):
+        ledger.verify(conv.id, recompute="everywhere")  # type: ignore[arg-type]
 
 
 def test_sqlite_cannot_recompute_in_the_database(tmp_path: Path) -> None:
