@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
 from hashlib import sha256
-from typing import Any
+from typing import Any, Protocol
 
 from store import _chain
 from store._dialect import sqlite_clock, sqlite_time
@@ -37,6 +37,7 @@ from store._values import NewEvent
 from store.ids import new_id
 
 __all__ = [
+    "Append",
     "InPlace",
     "append_postgres",
     "append_sqlite",
@@ -175,6 +176,22 @@ def append_postgres(
     )
 
 
+class Append(Protocol):
+    """`append_postgres` and `append_sqlite`: the in-place append over a DB-API cursor."""
+
+    def __call__(
+        self,
+        cursor: Any,
+        tenant: str,
+        conversation_id: str,
+        encoded: Sequence[tuple[NewEvent, str]],
+        *,
+        expected: int | None,
+        run_id: str | None,
+        idempotency_key: str | None,
+    ) -> InPlace | None: ...
+
+
 @lru_cache(maxsize=64)
 def _sqlite_values(statement: str, row: str, count: int) -> str:
     return statement.format(values=", ".join([row] * count))
@@ -218,37 +235,19 @@ def append_sqlite(
     header = _chain.header
     for i, (item, text) in enumerate(encoded, 1):
         event_key = key if i == 1 else None
-        position, event_id, is_head = start + i, ids[i - 1], i == last
-        previous = sha256(
-            previous
-            + header(
-                event_id,
-                conversation_id,
-                branch_id,
-                position,
-                run_id,
-                item.kind,
-                item.origin,
-                is_head,
-                event_key,
-            )
-            + text.encode()
-        ).digest()
-        hashes.append(previous)
-        params += (
-            event_id,
+        fields = (
+            ids[i - 1],
             conversation_id,
             branch_id,
-            position,
+            start + i,
             run_id,
             item.kind,
             item.origin,
-            is_head,
-            recorded_at,
-            event_key,
-            text,
-            previous,
+            i == last,
         )
+        previous = sha256(previous + header(*fields, event_key) + text.encode()).digest()
+        hashes.append(previous)
+        params += (*fields, recorded_at, event_key, text, previous)
     cursor.execute(_sqlite_values(_SQLITE_INSERT, _SQLITE_ROW, last), params)
     # No RETURNING (it cost a third of a ten-row insert): `seq` is the rowid,
     # and under the writer lock each row of the VALUES list, inserted in order,

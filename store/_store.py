@@ -153,47 +153,31 @@ class _Ops:
             _log._check_id(conversation_id, "conversation")
             if idempotency_key is not None:
                 _log.check_text(idempotency_key, "idempotency key")
+
+        def in_place(append: _fastpath.Append) -> Callable[[Any], Appended | None] | None:
+            if not encoded:
+                return None
+            return lambda handle: _log.appended_in_place(
+                conversation_id,
+                append(
+                    handle,
+                    tenant,
+                    conversation_id,
+                    encoded,
+                    expected=expected,
+                    run_id=run_id,
+                    idempotency_key=idempotency_key,
+                ),
+                encoded,
+                run_id,
+                idempotency_key,
+            )
+
         return Op(
             f"appending to conversation '{conversation_id}'",
             True,
-            postgres=lambda c: (
-                _log.appended_in_place(
-                    conversation_id,
-                    _fastpath.append_postgres(
-                        c,
-                        tenant,
-                        conversation_id,
-                        encoded,
-                        expected=expected,
-                        run_id=run_id,
-                        idempotency_key=idempotency_key,
-                    ),
-                    encoded,
-                    run_id,
-                    idempotency_key,
-                )
-                if encoded
-                else None
-            ),
-            sqlite=lambda cursor: (
-                _log.appended_in_place(
-                    conversation_id,
-                    _fastpath.append_sqlite(
-                        cursor,
-                        tenant,
-                        conversation_id,
-                        encoded,
-                        expected=expected,
-                        run_id=run_id,
-                        idempotency_key=idempotency_key,
-                    ),
-                    encoded,
-                    run_id,
-                    idempotency_key,
-                )
-                if encoded
-                else None
-            ),
+            postgres=in_place(_fastpath.append_postgres),
+            sqlite=in_place(_fastpath.append_sqlite),
             fn=lambda c: _log.append_messages(
                 c,
                 self.tenant,
@@ -368,16 +352,21 @@ def _ended(result: tuple[Conversation | None, ConflictError | None]) -> Conversa
 # -- sync ---------------------------------------------------------------------------
 
 
+def _on_cursor(conn: Connection, fn: Callable[[Any], T | None], /) -> T | None:
+    """`fn` on a DB-API cursor of `conn`'s driver connection."""
+    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    try:
+        return fn(cursor)
+    finally:
+        cursor.close()
+
+
 def _run_fast(conn: Connection, fast: Callable[[Any], T | None], /) -> T | None:
     """Try an operation's one-statement form in autocommit mode (one round trip)."""
     default = conn.default_isolation_level
     conn.execution_options(isolation_level="AUTOCOMMIT")
     try:
-        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-        try:
-            return fast(cursor)
-        finally:
-            cursor.close()
+        return _on_cursor(conn, fast)
     finally:
         conn.rollback()  # ends SQLAlchemy's logical transaction; the statement committed itself
         conn.execution_options(isolation_level=default)
@@ -386,11 +375,7 @@ def _run_fast(conn: Connection, fast: Callable[[Any], T | None], /) -> T | None:
 def _in_transaction(conn: Connection, op: Op[T], tried: bool = False) -> T:
     """`op` inside the transaction on `conn`; its SQLite form first, unless `tried`."""
     if op.sqlite is not None and not tried and is_sqlite(conn):
-        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-        try:
-            done = op.sqlite(cursor)
-        finally:
-            cursor.close()
+        done = _on_cursor(conn, op.sqlite)
         if done is not None:
             return done
     return op.fn(conn)

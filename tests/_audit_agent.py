@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine import Agent, ModelRequest, tool
+from engine import Agent, ModelRequest
 from engine.providers import (
     AnthropicModel,
     DeltaCallback,
@@ -21,6 +21,7 @@ from engine.providers import (
     ScriptedModel,
 )
 from store import Message, ToolCall
+from tests.agent.helpers import results_since_prompt, weather
 
 INSTRUCTIONS = "Answer briefly."
 
@@ -52,8 +53,7 @@ class Wrapped:
 
 def three_requests(request: ModelRequest) -> Message | str:
     """One call, then two parallel calls, then the answer: three requests per prompt."""
-    last_user = max(i for i, m in enumerate(request.messages) if m.role == "user")
-    results = [m for m in request.messages[last_user:] if m.role == "tool"]
+    results = results_since_prompt(request)
     if not results:
         return Message(
             role="assistant",
@@ -69,12 +69,6 @@ def three_requests(request: ModelRequest) -> Message | str:
             ],
         )
     return "Summary: " + "; ".join(m.content for m in results)
-
-
-@tool
-def weather(city: str) -> str:
-    """The weather in a city."""
-    return f"sunny in {city}"
 
 
 def adapter(kind: str) -> Model:

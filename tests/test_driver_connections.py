@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
+from sqlalchemy.engine import Engine
 
 from store import Message, StorageError, Store
 from store._dialect import DriverConnections, create_engine
@@ -34,8 +36,14 @@ def test_a_connection_the_server_dropped_fails_one_append_and_writes_nothing(
         assert [m.content for m in ledger.history(conv.id)] == ["before", "after"]
 
 
-def test_driver_connections_are_reused_and_closed_by_close(database_url: str) -> None:
-    engine = create_engine(database_url)
+@pytest.fixture
+def engine(database_url: str) -> Iterator[Engine]:
+    created = create_engine(database_url)
+    yield created
+    created.dispose()
+
+
+def test_driver_connections_are_reused_and_closed_by_close(engine: Engine) -> None:
     connections = DriverConnections(engine)
     seen: list[Any] = []
 
@@ -50,12 +58,10 @@ def test_driver_connections_are_reused_and_closed_by_close(database_url: str) ->
     connections.close()
     with pytest.raises(Exception, match=r"(?i)closed"):
         seen[0].cursor().execute("SELECT 1")
-    engine.dispose()
 
 
-def test_when_every_driver_connection_is_busy_run_declines(database_url: str) -> None:
+def test_when_every_driver_connection_is_busy_run_declines(engine: Engine) -> None:
     # The store then takes the pool's path, where the pool's limits apply.
-    engine = create_engine(database_url)
     connections = DriverConnections(engine, size=1)
     inner: list[tuple[bool, int | None]] = []
 
@@ -67,11 +73,9 @@ def test_when_every_driver_connection_is_busy_run_declines(database_url: str) ->
     assert inner == [(False, None)]
     assert connections.run(False, lambda c: 3) == (True, 3)  # the slot came back
     connections.close()
-    engine.dispose()
 
 
-def test_a_connection_that_saw_an_error_is_not_reused(database_url: str) -> None:
-    engine = create_engine(database_url)
+def test_a_connection_that_saw_an_error_is_not_reused(engine: Engine) -> None:
     connections = DriverConnections(engine)
     seen: list[Any] = []
 
@@ -85,4 +89,3 @@ def test_a_connection_that_saw_an_error_is_not_reused(database_url: str) -> None
         connections.run(True, fail)
     assert seen[0] is not seen[1]
     connections.close()
-    engine.dispose()

@@ -16,6 +16,7 @@ from typing import Any
 from engine import Agent, ModelRequest, RunContext, tool
 from engine.providers.scripted import ScriptedModel
 from store import Ledger, Message, Store, ToolCall
+from tests.agent.helpers import results_since_prompt
 
 CITIES = ("Oslo", "Lima", "Cairo")
 PROMPT = "Weather in Oslo, Lima and Cairo?"
@@ -24,8 +25,7 @@ NO_RESULT = "No result was recorded"
 
 def script(request: ModelRequest) -> Message | str:
     """Call one tool per city; call again for a city whose result is missing."""
-    last_user = max(i for i, m in enumerate(request.messages) if m.role == "user")
-    results = [m for m in request.messages[last_user:] if m.role == "tool"]
+    results = results_since_prompt(request)
     if not results:
         return Message(
             role="assistant",

@@ -9,10 +9,15 @@ from engine.providers.scripted import ScriptedModel
 from store import Message, ToolCall
 
 
+def results_since_prompt(request: ModelRequest) -> list[Message]:
+    """The tool results in the request after its last user message."""
+    last_user = max(i for i, m in enumerate(request.messages) if m.role == "user")
+    return [m for m in request.messages[last_user:] if m.role == "tool"]
+
+
 def weather_script(request: ModelRequest) -> Message | str:
     """Call two tools in parallel after each new prompt, then answer from their results."""
-    last_user = max(i for i, m in enumerate(request.messages) if m.role == "user")
-    results = [m for m in request.messages[last_user:] if m.role == "tool"]
+    results = results_since_prompt(request)
     if not results:
         return Message(
             role="assistant",
