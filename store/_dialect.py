@@ -44,6 +44,7 @@ __all__ = [
     "json_text",
     "json_true",
     "normalize_url",
+    "on_cursor",
     "past_cursor",
     "snapshot_horizon",
     "sqlite_clock",
@@ -114,11 +115,16 @@ def install_sqlite_hooks(
         # Straight to the driver: SQLAlchemy's statement machinery would cost
         # more than SQLite's BEGIN, on every operation.
         statement = "BEGIN IMMEDIATE" if conn.get_execution_options().get(WRITE) else "BEGIN"
-        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-        try:
-            cursor.execute(statement)
-        finally:
-            cursor.close()
+        on_cursor(conn, lambda cursor: cursor.execute(statement))
+
+
+def on_cursor(conn: Connection, fn: Callable[[Any], T], /) -> T:
+    """`fn` on a DB-API cursor of `conn`'s driver connection."""
+    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+    try:
+        return fn(cursor)
+    finally:
+        cursor.close()
 
 
 class DriverConnections:

@@ -27,6 +27,7 @@ from store._dialect import (
     install_sqlite_hooks,
     is_sqlite,
     normalize_url,
+    on_cursor,
 )
 from store._errors import ConflictError, InvalidInputError, SchemaError
 from store._translate import translating
@@ -352,21 +353,12 @@ def _ended(result: tuple[Conversation | None, ConflictError | None]) -> Conversa
 # -- sync ---------------------------------------------------------------------------
 
 
-def _on_cursor(conn: Connection, fn: Callable[[Any], T | None], /) -> T | None:
-    """`fn` on a DB-API cursor of `conn`'s driver connection."""
-    cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-    try:
-        return fn(cursor)
-    finally:
-        cursor.close()
-
-
 def _run_fast(conn: Connection, fast: Callable[[Any], T | None], /) -> T | None:
     """Try an operation's one-statement form in autocommit mode (one round trip)."""
     default = conn.default_isolation_level
     conn.execution_options(isolation_level="AUTOCOMMIT")
     try:
-        return _on_cursor(conn, fast)
+        return on_cursor(conn, fast)
     finally:
         conn.rollback()  # ends SQLAlchemy's logical transaction; the statement committed itself
         conn.execution_options(isolation_level=default)
@@ -375,7 +367,7 @@ def _run_fast(conn: Connection, fast: Callable[[Any], T | None], /) -> T | None:
 def _in_transaction(conn: Connection, op: Op[T], tried: bool = False) -> T:
     """`op` inside the transaction on `conn`; its SQLite form first, unless `tried`."""
     if op.sqlite is not None and not tried and is_sqlite(conn):
-        done = _on_cursor(conn, op.sqlite)
+        done = on_cursor(conn, op.sqlite)
         if done is not None:
             return done
     return op.fn(conn)

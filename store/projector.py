@@ -15,13 +15,12 @@ of every conversation equals `rebuild_views`' recomputation from the events.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
-from typing import Any
+from datetime import datetime
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from store._dialect import sqlite_time
+from store._dialect import time_value
 from store._values import Position
 from store.schema import branches, conversations, events, runs, view_entries
 
@@ -251,19 +250,12 @@ def head_is_open(conn: Connection, conversation_id: str, head: Position) -> bool
 
 def head_at(conn: Connection, conversation_id: str, when: datetime) -> Position | None:
     """The conversation's head as of `when`: the last head-setting event by then."""
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    value: Any = when
-    if conn.dialect.name == "sqlite":
-        value = sqlite_time(when)
     row = conn.execute(
         sa.select(events.c.branch_id, events.c.position)
         .where(
             events.c.conversation_id == conversation_id,
             events.c.head.is_(True),
-            events.c.recorded_at <= sa.literal(value, type_=sa.Text)
-            if conn.dialect.name == "sqlite"
-            else events.c.recorded_at <= value,
+            events.c.recorded_at <= time_value(conn, when),
         )
         .order_by(events.c.seq.desc())
         .limit(1)
