@@ -90,7 +90,8 @@ def well_formed(messages: Sequence[Message]) -> bool:
         if open_ids:  # a call left unanswered
             return False
         if role == "assistant" and message.tool_calls:
-            ids = [call.id for call in message.tool_calls if call.id is not None]
+            # As in `pair`: a call whose id is None or "" has no id.
+            ids = [call.id for call in message.tool_calls if call.id]
             open_ids.update(ids)
             if len(open_ids) != len(ids):  # an id used twice in one turn
                 return False
@@ -123,7 +124,7 @@ def pair(messages: Sequence[Message], *, detect_truncated: bool = True) -> Pairi
         if message.role == "tool":
             pairing.tools.append(index)
             call_id = message.tool_call_id
-            number = top.pop(call_id, None) if call_id is not None else None
+            number = top.pop(call_id, None) if call_id else None
             if number is None:
                 pairing.dropped.append(index)
                 continue
@@ -150,7 +151,10 @@ def pair(messages: Sequence[Message], *, detect_truncated: bool = True) -> Pairi
         for call in message.tool_calls:
             call_id = call.id
             # A call without an id cannot be answered: it passes through as is.
-            if call_id is None:
+            # An empty id is no id: no result can name it (a result with an
+            # empty `tool_call_id` is one without an id, dropped below), and
+            # a provider would reject a synthesized result that names "".
+            if not call_id:
                 continue
             if detect_truncated and is_truncated(call):
                 pairing.truncated.append(call_id)
@@ -212,7 +216,9 @@ def no_result(call: ToolCall) -> Message:
 def is_truncated(call: ToolCall) -> bool:
     """Whether the call's arguments are not a JSON object (a stream that died, say).
 
-    Detection only: the arguments are never rewritten.
+    Strict JSON, as Go's and the providers' parsers read it (see
+    `ToolCall.arguments_object`): `{"x": NaN}` is truncated. Detection only:
+    the arguments are never rewritten.
     """
     # Calls without arguments are common: no need to parse their "{}".
     return call.arguments != "{}" and call.arguments_object() is None

@@ -59,8 +59,9 @@ class HistoryRepair:
         dropped: Indexes of the tool messages dropped: results without a call
             (or placed before it) and duplicates.
         moved: Indexes of the real results moved up into their call's block.
-        truncated: Ids of the calls whose arguments are not a JSON object, in
-            order of appearance (detection only; listed on every pass).
+        truncated: Ids of the calls whose arguments are not a JSON object to
+            a strict parser (`NaN` and `Infinity` are not JSON), in order of
+            appearance (detection only; listed on every pass).
     """
 
     synthesized: list[str] = field(default_factory=list)
@@ -117,11 +118,12 @@ def normalize_history(messages: Sequence[Message]) -> tuple[list[Message], Histo
     - a result answers the most recent open call with its id, so a later turn
       that reuses an id opens a new call;
     - a result whose call is absent (also one placed before its call, or one
-      without a `tool_call_id`) is dropped, and of several results for one
-      call the first is kept;
+      whose `tool_call_id` is None or empty) is dropped, and of several
+      results for one call the first is kept;
     - a real result separated from its call's turn by other messages is moved
       up into that turn's block;
-    - calls without an id cannot be paired and pass through as they are.
+    - calls without an id (None or empty) cannot be paired and pass through
+      as they are: no result is synthesized for them.
 
     Content is never rewritten, and the repair is idempotent: repairing a
     repaired history returns it unchanged, with an empty report apart from
@@ -133,8 +135,9 @@ def normalize_history(messages: Sequence[Message]) -> tuple[list[Message], Histo
     Returns:
         The repaired messages and a `HistoryRepair` naming what changed:
         `synthesized` call ids, `dropped` and `moved` indexes into `messages`,
-        and the ids of calls whose arguments are not a JSON object
-        (`truncated`, reported on every pass; the arguments stay verbatim).
+        and the ids of calls whose arguments are not a JSON object to a strict
+        parser, `NaN` and `Infinity` being no JSON (`truncated`, reported on
+        every pass; the arguments stay verbatim).
     """
     pairing = _repair.pair(messages)
     if pairing.changes_nothing:

@@ -155,12 +155,21 @@ class ToolCall(_Contract):
         return value
 
     def arguments_object(self) -> dict[str, Any] | None:
-        """The arguments as a JSON object, or None when they are not one."""
+        """The arguments as a JSON object, or None when they are not one.
+
+        The parse is strict JSON, as Go's and the providers' parsers read it:
+        `NaN`, `Infinity` and `-Infinity`, which Python's `json` accepts, make
+        the arguments not JSON.
+        """
         try:
-            value = json.loads(self.arguments)
+            value = json.loads(self.arguments, parse_constant=_not_json)
         except ValueError:
             return None
         return value if isinstance(value, dict) else None
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not JSON")
 
 
 class Usage(_Contract):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from store import HistoryRepair, Message, ToolCall, normalize_history
+import pytest
+
+from store import HistoryRepair, Message, ToolCall, _repair, normalize_history
 
 NO_RESULT = (
     "No result was recorded for this tool call; it may not have run. "
@@ -143,6 +145,22 @@ def test_turn_with_only_calls_without_id_gets_no_synthesized_result() -> None:
     assert repair == HistoryRepair()
 
 
+def test_a_call_with_an_empty_id_gets_no_synthesized_result() -> None:
+    history = [user(), calls("")]
+    repaired, repair = normalize_history(history)
+    assert repaired == history
+    assert repair == HistoryRepair()
+    assert _repair.well_formed(history) and _repair.repaired(history) == history
+
+
+def test_a_result_with_an_empty_id_answers_no_call_and_is_dropped() -> None:
+    history = [user(), calls("", "b"), result(""), result("b")]
+    repaired, repair = normalize_history(history)
+    assert shape(repaired)[1:] == [("assistant", None, ""), ("tool", "b", "ok")]
+    assert repair == HistoryRepair(dropped=[2])
+    assert not _repair.well_formed(history) and _repair.repaired(history) == repaired
+
+
 def test_truncated_arguments_are_reported_on_every_pass_and_kept_verbatim() -> None:
     cut = '{"city": "Par'
     history = [user(), calls("a", arguments=cut), result("a")]
@@ -157,6 +175,21 @@ def test_arguments_that_are_valid_json_but_not_an_object_are_reported_truncated(
     history = [user(), calls("a", arguments="[1, 2]"), result("a")]
     _, repair = normalize_history(history)
     assert repair.truncated == ["a"]
+
+
+@pytest.mark.parametrize(
+    "arguments", ['{"x": NaN}', '{"x": Infinity}', '{"x": -Infinity}', '{"x": [1, NaN]}']
+)
+def test_arguments_with_non_json_constants_are_reported_truncated(arguments: str) -> None:
+    history = [user(), calls("a", arguments=arguments), result("a")]
+    repaired, repair = normalize_history(history)
+    assert repair.truncated == ["a"]
+    assert repaired[1].tool_calls[0].arguments == arguments
+
+
+def test_strict_json_object_arguments_are_not_reported_truncated() -> None:
+    history = [user(), calls("a", arguments='{"x": 1, "y": -1.5e3}'), result("a")]
+    assert normalize_history(history)[1].truncated == []
 
 
 def test_truncated_lists_call_ids_in_order_of_appearance() -> None:

@@ -3,8 +3,9 @@
 The generated histories mix well-formed tool turns (parallel calls followed by
 some, none, or duplicated results in any order) with loose messages of every
 role: results placed before their calls or after later turns, results for
-unknown ids or without an id, calls without an id, reused call ids, truncated
-arguments, and parts of every kind with safe and unsafe URLs.
+unknown ids or without an id (None or ""), calls without an id, reused call
+ids, truncated arguments (non-JSON constants such as NaN included), and parts
+of every kind with safe and unsafe URLs.
 """
 
 from __future__ import annotations
@@ -60,9 +61,13 @@ SAFE_SCHEMES = {"http", "https"}
 
 # --- strategies ------------------------------------------------------------------------
 
-call_ids = st.sampled_from([None, "c0", "c1", "c2", "c3"])
+# None and "" are both "no id": such a call is never answered, and a result
+# that names "" answers nothing.
+call_ids = st.sampled_from([None, "", "c0", "c1", "c2", "c3"])
 texts = st.sampled_from(["", "", "hi", "ok", "ünïcödé", "a\x00b"])
-arguments = st.sampled_from(["{}", '{"q": 1}', '{"q": "x"}', '{"q": ', "[1]", "", "null"])
+arguments = st.sampled_from(
+    ["{}", '{"q": 1}', '{"q": "x"}', '{"q": ', "[1]", "", "null", '{"q": NaN}', '{"q": -Infinity}']
+)
 
 parts = st.lists(
     st.one_of(
@@ -120,6 +125,8 @@ loose_result = st.builds(tool_result, call_ids, texts, st.booleans(), parts)
 def tool_turn(draw: st.DrawFn) -> list[Message]:
     """An assistant turn followed by results for some of its calls, in any order."""
     turn = draw(assistant_with_calls)
+    # An empty id is kept here, so a result naming "" can follow a call with
+    # the empty id: it must still be dropped.
     ids = [call.id for call in turn.tool_calls if call.id is not None]
     if not ids:
         return [turn]
@@ -172,7 +179,7 @@ def assert_well_paired(messages: Sequence[Message]) -> None:
     """
     in_blocks = 0
     for turn, results in blocks(messages):
-        wanted = Counter(c.id for c in messages[turn].tool_calls if c.id is not None)
+        wanted = Counter(c.id for c in messages[turn].tool_calls if c.id)
         got = Counter(messages[r].tool_call_id for r in results)
         assert got == wanted, f"turn {turn} calls {dict(wanted)} but is answered by {dict(got)}"
         in_blocks += len(results)
@@ -203,7 +210,7 @@ def check_repair(history: list[Message], repaired: list[Message], repair: Histor
                 assert last_real == -1
                 assert message.content == NO_RESULT and not message.failed
                 assert message.run_id is None and message.conversation_id is None
-                assert message.tool_call_id is not None
+                assert message.tool_call_id  # never for a call without an id
                 synthesized.append(message.tool_call_id)
                 continue
             # Real results: after their call, in recorded order.
@@ -218,11 +225,20 @@ def check_repair(history: list[Message], repaired: list[Message], repair: Histor
         i for i, m in enumerate(history) if m.role == "tool" and i not in kept
     ]
     assert repair.truncated == [
-        c.id
-        for m in history
-        for c in m.tool_calls
-        if c.id is not None and c.arguments_object() is None
+        c.id for m in history for c in m.tool_calls if c.id and not _strict_json_object(c.arguments)
     ]
+
+
+def _strict_json_object(text: str) -> bool:
+    """An oracle independent of `ToolCall.arguments_object`: strict JSON, an object."""
+
+    def refuse(constant: str) -> None:
+        raise ValueError(constant)
+
+    try:
+        return isinstance(json.loads(text, parse_constant=refuse), dict)
+    except ValueError:
+        return False
 
 
 def copy_of(history: list[Message]) -> list[Message]:
@@ -255,7 +271,7 @@ def test_the_quick_well_formed_check_agrees_with_normalize(history: list[Message
         assert not (report.synthesized or report.dropped or report.moved)
     # It recognizes a repaired history, unless a turn reuses an id (then it
     # leaves the history to the full pass).
-    ids_per_turn = [[c.id for c in m.tool_calls if c.id is not None] for m in repaired]
+    ids_per_turn = [[c.id for c in m.tool_calls if c.id] for m in repaired]
     if all(len(set(ids)) == len(ids) for ids in ids_per_turn):
         assert _repair.well_formed(repaired)
     assert _repair.repaired(history) == repaired

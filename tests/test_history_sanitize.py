@@ -170,6 +170,13 @@ def test_sanitize_repairs_pairing() -> None:
     assert report.repair.dropped == [3]
 
 
+def test_sanitize_synthesizes_no_result_for_a_call_with_an_empty_id() -> None:
+    history = [Message(role="system", content="s"), user(), calls(""), result("")]
+    cleaned, report = sanitize_history(history)
+    assert cleaned == [user(), calls("")]
+    assert report.repair == HistoryRepair(dropped=[3])
+
+
 def test_report_indexes_refer_to_the_callers_list() -> None:
     history = [
         Message(role="system", content="s"),  # 0: dropped
