@@ -11,27 +11,30 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, get_args
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Row
 
-from store import _chain, _fastpath, projector
+from store import _chain, _checks, _fastpath, projector
+from store._checks import MAX_INT32, MAX_INT64, check_choice, check_int, check_limit, json_text
 from store._dialect import db_now, for_update
 from store._errors import ConflictError, InvalidInputError, NotFoundError
+from store._translate import unique_violation
 from store._values import (
     Appended,
     Branch,
     BranchReason,
     Conversation,
     Event,
+    EventKind,
     ForkPoint,
     NewEvent,
     Origin,
     Position,
 )
-from store.ids import is_id, new_id
-from store.messages import dump_message
+from store.ids import new_id
+from store.messages import Message, dump_message
 from store.schema import branches, conversations, events
 
 __all__ = [
@@ -55,51 +58,54 @@ __all__ = [
 
 MAX_PAYLOAD_CHARS = 64 * 1024 * 1024
 
+_KINDS: frozenset[str] = frozenset(get_args(EventKind))
+_ORIGINS: frozenset[str] = frozenset(get_args(Origin))
+
 
 def utc(value: datetime) -> datetime:
     """`value` as an aware UTC datetime (SQLite hands back naive UTC)."""
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-def canonical_json(value: Any) -> str:
-    """Compact, key-sorted JSON text: the stored form of non-message payloads."""
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
+def canonical_json(value: Any, what: str = "payload") -> str:
+    """Compact, key-sorted JSON text: the stored form of non-message payloads.
+
+    `InvalidInputError` when `value` is not plain JSON (see `_checks.json_text`).
+    """
+    return json_text(value, what)
 
 
-def check_text(value: str, what: str) -> str:
-    """Refuse text that cannot be stored: empty, too long, NUL or lone surrogates."""
-    if not value or len(value) > 200 or "\x00" in value:
-        raise InvalidInputError(
-            f"The {what} {value!r} is not usable: it must be 1 to 200 characters with no NUL "
-            f"character. Pass a short, printable {what}."
-        )
-    _check_encodable(value, what)
-    return value
-
-
-def _check_encodable(text: str, what: str) -> None:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidInputError(
-            f"The {what} contains text that is not valid Unicode ({exc.reason}); nothing was "
-            f"written. Decode it with errors='replace' before passing it."
-        ) from exc
+check_text = _checks.check_text
+_check_encodable = _checks.check_encodable
 
 
 def encode_events(new_events: Sequence[NewEvent]) -> list[tuple[NewEvent, str]]:
     """Validate and serialize events before any transaction begins."""
     encoded = []
     for item in new_events:
+        if not isinstance(item, NewEvent):
+            raise InvalidInputError(
+                f"Events to record are NewEvent values, not {type(item).__name__}. Build them "
+                f"with NewEvent(kind, payload) or NewEvent.of_message(message)."
+            )
+        check_choice(item.kind, "An event's kind", _KINDS)
+        check_choice(item.origin, "An event's origin", _ORIGINS)
         if item.kind == "message.recorded":
             if item.message is None:
                 raise InvalidInputError(
                     "A message.recorded event needs its message; build it with NewEvent.of_message()."
                 )
+            if not isinstance(item.message, Message):
+                raise InvalidInputError(
+                    f"A message.recorded event needs a Message, not {type(item.message).__name__}."
+                )
             text = dump_message(item.message)
         else:
-            text = canonical_json(item.payload)
-            _check_encodable(text, f"{item.kind} payload")
+            if not isinstance(item.payload, dict):
+                raise InvalidInputError(
+                    f"A {item.kind} payload must be a dict, not {type(item.payload).__name__}."
+                )
+            text = canonical_json(item.payload, f"the {item.kind} payload")
         if len(text) > MAX_PAYLOAD_CHARS:
             raise InvalidInputError(
                 f"A {item.kind} payload is {len(text):,} characters, over the limit of "
@@ -171,8 +177,7 @@ def list_conversations(
     conn: Connection, tenant: str, *, limit: int, before: str | None
 ) -> list[Conversation]:
     """The tenant's conversations, newest first, keyset-paginated by id."""
-    if limit < 1:
-        raise InvalidInputError(f"limit must be at least 1, not {limit}.")
+    check_limit(limit)
     query = sa.select(conversations).where(conversations.c.tenant == tenant)
     if before is not None:
         _check_id(before, "conversation")
@@ -189,11 +194,19 @@ def create_conversation(
     conversation_id: str | None = None,
     fork_point: ForkPoint | None = None,
 ) -> Conversation:
-    """A new conversation whose root branch starts with `conversation.created`."""
-    conversation_id = conversation_id or new_id()
-    _check_id(conversation_id, "conversation")
-    meta_text = canonical_json(metadata or {})
-    _check_encodable(meta_text, "metadata")
+    """A new conversation whose root branch starts with `conversation.created`.
+
+    A caller-chosen id that is taken, by this tenant or any other, is a
+    `ConflictError` that reads the same either way.
+    """
+    conversation_id = _checks.check_new_id(conversation_id, "conversation") or new_id()
+    meta_text = check_metadata(metadata)
+    if _taken(conn, conversation_id):
+        raise ConflictError(
+            f"Conversation id '{conversation_id}' is taken. Pass another id, or none to have "
+            f"chatledger mint one.",
+            conversation_id=conversation_id,
+        )
     branch_id = new_id()
     parent_position = fork_point.position if fork_point else 0
     conn.execute(
@@ -222,6 +235,34 @@ def create_conversation(
         [(NewEvent("conversation.created", payload, origin="client"), canonical_json(payload))],
         head=True,
     )
+    try:
+        _insert_conversation(conn, conversation_id, tenant, branch_id, position, created.hash,
+                             meta_text, fork_point)
+    except sa.exc.IntegrityError as error:
+        # Another transaction took the id between the check above and here; the
+        # transaction rolls back as this propagates, so nothing is written.
+        if unique_violation(error, conversations, ["id"]):
+            raise ConflictError(
+                f"Conversation id '{conversation_id}' is taken. Pass another id, or none to "
+                f"have chatledger mint one.",
+                conversation_id=conversation_id,
+            ) from error
+        raise
+    if fork_point:
+        projector.fill_view(conn, conversation_id, Position(branch_id, position))
+    return get_conversation(conn, tenant, conversation_id)
+
+
+def _insert_conversation(
+    conn: Connection,
+    conversation_id: str,
+    tenant: str,
+    branch_id: str,
+    position: int,
+    head_hash: bytes,
+    meta_text: str,
+    fork_point: ForkPoint | None,
+) -> None:
     conn.execute(
         conversations.insert().values(
             id=conversation_id,
@@ -229,7 +270,7 @@ def create_conversation(
             head_branch_id=branch_id,
             head_position=position,
             head_open=True,
-            head_hash=created.hash,
+            head_hash=head_hash,
             created_at=db_now(conn),
             metadata=meta_text,
             forked_from_conversation_id=fork_point.conversation_id if fork_point else None,
@@ -237,9 +278,23 @@ def create_conversation(
             forked_from_position=fork_point.position if fork_point else None,
         )
     )
-    if fork_point:
-        projector.fill_view(conn, conversation_id, Position(branch_id, position))
-    return get_conversation(conn, tenant, conversation_id)
+
+
+def check_metadata(metadata: Any) -> str:
+    """Conversation metadata (a dict of plain JSON, or None) as its stored text."""
+    if metadata is not None and not isinstance(metadata, dict):
+        raise InvalidInputError(
+            f"metadata must be a dict (or None), not {type(metadata).__name__}."
+        )
+    return canonical_json(metadata or {}, "metadata")
+
+
+def _taken(conn: Connection, conversation_id: str) -> bool:
+    """Whether any tenant has a conversation with this id (ids are unique across tenants)."""
+    found = conn.execute(
+        sa.select(conversations.c.id).where(conversations.c.id == conversation_id)
+    ).first()
+    return found is not None
 
 
 def fork(
@@ -276,6 +331,7 @@ def resolve_position(conn: Connection, conv: Conversation, at: int | Position | 
                 return Position(branch_id, at)
         raise AssertionError("a lineage covers every position up to its end")
     if isinstance(at, Position):
+        check_int(at.position, "A position", minimum=0, maximum=MAX_INT32)
         branch = get_branch(conn, conv.tenant, conv.id, at.branch_id)
         first = (branch.parent.position if branch.parent else 0) + 1
         tip = branch_tip(conn, conv.id, branch.id)
@@ -469,15 +525,53 @@ def previous_hash(conn: Connection, conversation_id: str, branch_id: str, positi
     return _chain.GENESIS if found is None else bytes(found)
 
 
-def _replayed(
-    conn: Connection, conv: Conversation, key: str, encoded: Sequence[tuple[NewEvent, str]]
-) -> Appended | None:
-    """The original append of an idempotency key, if the key was used."""
-    first = conn.execute(
-        sa.select(events.c.branch_id, events.c.position).where(
-            events.c.conversation_id == conv.id, events.c.idempotency_key == key
+def keyed_event(conn: Connection, conversation_id: str, key: str) -> Event | None:
+    """The event that carries idempotency key `key` in the conversation (the first of its append)."""
+    row = conn.execute(
+        sa.select(events).where(
+            events.c.conversation_id == conversation_id, events.c.idempotency_key == key
         )
     ).first()
+    return None if row is None else event_from_row(row)
+
+
+def key_conflict(conversation_id: str, key: str) -> ConflictError:
+    """The error for an idempotency key replayed with other content."""
+    return ConflictError(
+        f"Idempotency key {key!r} of conversation '{conversation_id}' was used for a "
+        f"different append (other messages, more or fewer of them, or another run). Nothing "
+        f"was written. Use a new key for new content; reuse a key only to retry the very "
+        f"same append.",
+        conversation_id=conversation_id,
+    )
+
+
+def same_content(
+    written: Sequence[Event], encoded: Sequence[tuple[NewEvent, str]], run_id: str | None
+) -> bool:
+    """Whether `written` are exactly the events `encoded` would write (a true retry)."""
+    return len(written) == len(encoded) and all(
+        e.payload_json == text and e.kind == item.kind and e.origin == item.origin
+        and e.run_id == run_id
+        for e, (item, text) in zip(written, encoded, strict=True)
+    )
+
+
+def _replayed(
+    conn: Connection,
+    conv: Conversation,
+    key: str,
+    encoded: Sequence[tuple[NewEvent, str]],
+    run_id: str | None,
+) -> Appended | None:
+    """The original append of an idempotency key, if the key was used.
+
+    An append's events end at its first event flagged `head` (an append
+    always moves the head past its last event), so the original is known
+    exactly: a retry with fewer, more or other messages, or one that would
+    reach into a later append, is a `ConflictError`, never a partial replay.
+    """
+    first = keyed_event(conn, conv.id, key)
     if first is None:
         return None
     rows = conn.execute(
@@ -486,16 +580,19 @@ def _replayed(
             events.c.conversation_id == conv.id,
             events.c.branch_id == first.branch_id,
             events.c.position >= first.position,
-            events.c.position < first.position + len(encoded),
         )
         .order_by(events.c.position)
+        .limit(len(encoded) + 1)
     ).all()
-    original = [event_from_row(r) for r in rows]
-    if [e.payload_json for e in original] != [text for _, text in encoded]:
-        raise InvalidInputError(
-            f"Idempotency key {key!r} of conversation '{conv.id}' was used for a different "
-            f"append. Use a new key for new content; reuse a key only to retry the same append."
-        )
+    original: list[Event] = []
+    for row in rows:
+        original.append(event_from_row(row))
+        if original[-1].head:
+            break
+    else:
+        raise key_conflict(conv.id, key)  # no end within reach: the original was longer
+    if not same_content(original, encoded, run_id):
+        raise key_conflict(conv.id, key)
     return Appended(conv.id, original, conv.head)
 
 
@@ -517,11 +614,10 @@ def append_messages(
     """
     if not encoded:
         raise InvalidInputError("append_messages needs at least one message.")
-    if idempotency_key is not None:
-        check_text(idempotency_key, "idempotency key")
+    check_append_options(expected, run_id, idempotency_key)
     conv = get_conversation(conn, tenant, conversation_id, lock=True)
     if idempotency_key is not None:
-        replayed = _replayed(conn, conv, idempotency_key, encoded)
+        replayed = _replayed(conn, conv, idempotency_key, encoded, run_id)
         if replayed is not None:
             return replayed
     if expected is not None and expected != conv.head.position:
@@ -555,6 +651,18 @@ def append_messages(
     messages = [e for e in written if e.kind == "message.recorded"]
     set_head(conn, conv, new_head, messages, written[-1].hash)
     return Appended(conv.id, written, new_head)
+
+
+def check_append_options(
+    expected: int | None, run_id: str | None, idempotency_key: str | None
+) -> None:
+    """The options of `append_messages`, checked before anything is written."""
+    if expected is not None:
+        check_int(expected, "expected", minimum=0, maximum=MAX_INT32)
+    if run_id is not None:
+        _checks.check_id(run_id, "run")
+    if idempotency_key is not None:
+        check_text(idempotency_key, "idempotency key")
 
 
 def appended_in_place(
@@ -689,19 +797,13 @@ def list_events(
         _check_id(run_id, "run")
         query = query.where(events.c.run_id == run_id)
     if after_seq is not None:
+        check_int(after_seq, "after_seq", minimum=0, maximum=MAX_INT64)
         query = query.where(events.c.seq > after_seq)
     query = query.order_by(events.c.seq)
     if limit is not None:
-        query = query.limit(limit)
+        query = query.limit(check_limit(limit))
     return [event_from_row(r) for r in conn.execute(query).all()]
 
 
 def _check_id(value: str, kind: str) -> None:
-    # A malformed id would make Postgres' uuid cast fail with a driver error,
-    # and a differently spelled one would match on Postgres but not on SQLite:
-    # only the canonical form is accepted, the same way on both.
-    if not is_id(value):
-        raise InvalidInputError(
-            f"{kind.capitalize()} id {value!r} is not a UUID in canonical form (lowercase, "
-            f"hyphenated). Pass the id exactly as chatledger returned it."
-        )
+    _checks.check_id(value, kind)

@@ -12,12 +12,24 @@ row, gets `LeaseError`, and writes nothing.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import replace
+from typing import Any, get_args
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Row
 
 from store import _log, projector
+from store._checks import (
+    MAX_INT32,
+    check_choice,
+    check_id,
+    check_int,
+    check_limit,
+    check_long_text,
+    check_new_id,
+    check_seconds,
+    check_text,
+)
 from store._dialect import db_now, db_now_plus, is_sqlite
 from store._errors import (
     ConflictError,
@@ -32,6 +44,7 @@ from store._values import (
     BranchReason,
     Conversation,
     Event,
+    EventKind,
     NewEvent,
     Position,
     Run,
@@ -53,6 +66,14 @@ __all__ = [
 ]
 
 _RESUMABLE = ("failed", "canceled")
+_STATUSES: frozenset[str] = frozenset(get_args(RunStatus))
+_ENDS: dict[str, EventKind] = {
+    "completed": "run.completed",
+    "failed": "run.failed",
+    "canceled": "run.canceled",
+}
+MAX_TEXT = 1_000_000
+"""The longest error or attention text a run end records (characters)."""
 
 
 def _run(row: Row[Any]) -> Run:
@@ -86,7 +107,7 @@ def _run(row: Row[Any]) -> Run:
 
 def get_run(conn: Connection, tenant: str, run_id: str) -> Run:
     """The tenant's run; `NotFoundError` for a missing or foreign one."""
-    _log._check_id(run_id, "run")
+    check_id(run_id, "run")
     row = conn.execute(sa.select(runs).where(runs.c.id == run_id, runs.c.tenant == tenant)).first()
     if row is None:
         raise NotFoundError("run", run_id, tenant)
@@ -103,12 +124,17 @@ def list_runs(
     limit: int,
 ) -> list[Run]:
     """The tenant's runs, newest first."""
+    check_limit(limit)
     query = sa.select(runs).where(runs.c.tenant == tenant)
     if conversation_id is not None:
+        # Another tenant's conversation reads as a missing one, as it does everywhere.
+        _log.get_conversation(conn, tenant, conversation_id)
         query = query.where(runs.c.conversation_id == conversation_id)
     if status is not None:
-        query = query.where(runs.c.status == status)
+        query = query.where(runs.c.status == check_choice(status, "status", _STATUSES))
     if attention is not None:
+        if not isinstance(attention, bool):
+            raise InvalidInputError(f"attention must be True, False or None, not {attention!r}.")
         query = query.where(
             runs.c.attention.is_not(None) if attention else runs.c.attention.is_(None)
         )
@@ -139,9 +165,21 @@ def start_run(
     a new branch. A resume always opens a `resume` branch, and the unique key
     on the resumed run id lets only one exist.
     """
-    run_id = run_id or new_id()
-    _log._check_id(run_id, "run")
+    run_id = check_new_id(run_id, "run") or new_id()
+    check_text(owner, "lease owner")
+    check_seconds(lease_seconds, "lease_seconds")
+    if model is not None:
+        check_text(model, "model name")
+    if instructions_digest is not None:
+        check_text(instructions_digest, "instructions digest")
+    if resumes is not None:
+        check_id(resumes, "run")
     conv = _log.get_conversation(conn, tenant, conversation_id, lock=True)
+    if _run_taken(conn, run_id):
+        raise ConflictError(
+            f"Run id '{run_id}' is taken. Pass another id, or none to have chatledger mint one.",
+            conversation_id=conv.id,
+        )
     head_at_start = conv.head
     resumed = None
     if resumes is not None:
@@ -201,7 +239,7 @@ def start_run(
             usage=Usage().model_dump_json(),
             model=model,
             resumes=resumes,
-            lease_owner=_log.check_text(owner, "lease owner"),
+            lease_owner=owner,
             lease_expires_at=db_now_plus(conn, lease_seconds),
             attempt=1,
             started_at=db_now(conn),
@@ -215,15 +253,51 @@ def start_run(
     return RunCursor(run_id, conv.id, branch_id, started[-1].position, owner, 1)
 
 
+def _run_taken(conn: Connection, run_id: str) -> bool:
+    """Whether any tenant has a run with this id (ids are unique across tenants)."""
+    return conn.execute(sa.select(runs.c.id).where(runs.c.id == run_id)).first() is not None
+
+
+def own_run(conn: Connection, tenant: str, cursor: RunCursor) -> Run:
+    """The run `cursor` names, if the cursor is the run's own; else `NotFoundError`.
+
+    A cursor is a value the caller holds and hands back. Where a run writes
+    comes from its row, never from the cursor: a cursor whose conversation or
+    branch is not the run's (forged, or of another run) names no run of this
+    tenant, and is reported exactly like a missing run.
+    """
+    if not isinstance(cursor, RunCursor):
+        raise InvalidInputError(
+            f"A run cursor is the RunCursor that start_run, record or claim_stale_runs "
+            f"returned, not {type(cursor).__name__}."
+        )
+    check_id(cursor.run_id, "run")
+    check_id(cursor.conversation_id, "conversation")
+    check_id(cursor.branch_id, "branch")
+    check_int(cursor.position, "A run cursor's position", minimum=0, maximum=MAX_INT32)
+    check_int(cursor.attempt, "A run cursor's attempt", minimum=1, maximum=MAX_INT32)
+    check_text(cursor.owner, "lease owner")
+    run = get_run(conn, tenant, cursor.run_id)
+    if (run.conversation_id, run.branch_id) != (cursor.conversation_id, cursor.branch_id):
+        raise NotFoundError("run", cursor.run_id, tenant)
+    return run
+
+
 def _fence(
     conn: Connection, tenant: str, cursor: RunCursor, advance: int, values: dict[str, Any]
 ) -> None:
-    """Check the lease and advance the run's position, or raise and write nothing."""
+    """Check the lease and advance the run's position, or raise and write nothing.
+
+    The run row is matched on the cursor's conversation and branch too, so a
+    cursor that names another conversation than its run's matches nothing.
+    """
     result = conn.execute(
         runs.update()
         .where(
             runs.c.id == cursor.run_id,
             runs.c.tenant == tenant,
+            runs.c.conversation_id == cursor.conversation_id,
+            runs.c.branch_id == cursor.branch_id,
             runs.c.lease_owner == cursor.owner,
             runs.c.attempt == cursor.attempt,
             runs.c.status == "running",
@@ -234,7 +308,7 @@ def _fence(
     )
     if result.rowcount == 1:
         return
-    run = get_run(conn, tenant, cursor.run_id)
+    run = own_run(conn, tenant, cursor)
     if run.attempt != cursor.attempt:
         # A zombie: another claim took the run over (and may have ended it).
         holder = f"worker '{run.lease_owner}'" if run.lease_owner else "no worker (it has ended)"
@@ -266,18 +340,22 @@ def record(
     idempotency_key: str | None = None,
     counts: dict[str, Any] | None = None,
 ) -> tuple[list[Event], RunCursor]:
-    """Append a run's events after the fencing check; return them and the new cursor."""
+    """Append a run's events after the fencing check; return them and the new cursor.
+
+    The events go where the run row says the run writes (the fence matches
+    the cursor against it), never merely where the cursor says.
+    """
+    run = own_run(conn, tenant, cursor)
     if idempotency_key is not None:
-        conv = _log.get_conversation(conn, tenant, cursor.conversation_id)
-        replayed = _log._replayed(conn, conv, idempotency_key, encoded)
+        check_text(idempotency_key, "idempotency key")
+        replayed = _replayed_record(conn, run, cursor, idempotency_key, encoded)
         if replayed is not None:
-            last = replayed.events[-1].position
-            return replayed.events, _advanced(cursor, last)
+            return replayed, _advanced(cursor, replayed[-1].position)
     _fence(conn, tenant, cursor, len(encoded), counts or {})
     written = _log.insert_events(
         conn,
-        cursor.conversation_id,
-        cursor.branch_id,
+        run.conversation_id,
+        run.branch_id,
         cursor.position + 1,
         encoded,
         run_id=cursor.run_id,
@@ -286,15 +364,49 @@ def record(
     return written, _advanced(cursor, cursor.position + len(encoded))
 
 
+def _replayed_record(
+    conn: Connection,
+    run: Run,
+    cursor: RunCursor,
+    key: str,
+    encoded: Sequence[tuple[NewEvent, str]],
+) -> list[Event] | None:
+    """The original `record` of an idempotency key, if the key was used.
+
+    A retry carries the cursor the original carried, so the original starts
+    right after the cursor and is the run's latest record: the run row stands
+    just past it. Anything else (the key used elsewhere, other or more or
+    fewer events, later records since) is a `ConflictError`, never a partial
+    replay.
+    """
+    first = _log.keyed_event(conn, run.conversation_id, key)
+    if first is None:
+        return None
+    end = cursor.position + len(encoded)
+    if (first.branch_id, first.position, first.run_id) != (
+        run.branch_id,
+        cursor.position + 1,
+        run.id,
+    ) or run.position != end:
+        raise _log.key_conflict(run.conversation_id, key)
+    rows = conn.execute(
+        sa.select(events)
+        .where(
+            events.c.conversation_id == run.conversation_id,
+            events.c.branch_id == run.branch_id,
+            events.c.position > cursor.position,
+            events.c.position <= end,
+        )
+        .order_by(events.c.position)
+    ).all()
+    original = [_log.event_from_row(r) for r in rows]
+    if not _log.same_content(original, encoded, run.id):
+        raise _log.key_conflict(run.conversation_id, key)
+    return original
+
+
 def _advanced(cursor: RunCursor, position: int) -> RunCursor:
-    return RunCursor(
-        cursor.run_id,
-        cursor.conversation_id,
-        cursor.branch_id,
-        position,
-        cursor.owner,
-        cursor.attempt,
-    )
+    return replace(cursor, position=position)
 
 
 def end_run(
@@ -316,7 +428,20 @@ def end_run(
     `conflict`; its events stay where they are and the conflict is returned,
     for the caller to raise after the commit.
     """
-    run = get_run(conn, tenant, cursor.run_id)
+    if status not in _ENDS:
+        raise InvalidInputError(f"A run ends completed, failed or canceled, not {status!r}.")
+    if stage is not None:
+        check_text(stage, "stage", max_chars=32)
+    for what, text in (("error", error), ("attention", attention)):
+        if text is not None:
+            check_long_text(text, what, max_chars=MAX_TEXT)
+    if request_count is not None:
+        check_int(request_count, "request_count", minimum=0, maximum=MAX_INT32)
+    if tool_count is not None:
+        check_int(tool_count, "tool_count", minimum=0, maximum=MAX_INT32)
+    if usage is not None and not isinstance(usage, Usage):
+        raise InvalidInputError(f"usage must be a Usage, not {type(usage).__name__}.")
+    run = own_run(conn, tenant, cursor)
     conv = _log.get_conversation(conn, tenant, run.conversation_id, lock=True)
     conflict = None
     if status == "completed" and conv.head != run.head_at_start:
@@ -340,9 +465,7 @@ def end_run(
     payload: dict[str, Any] = {"usage": usage.model_dump(mode="json"), **counts}
     if status != "completed":
         payload |= {"stage": stage, "error": error}
-    kind = {"completed": "run.completed", "failed": "run.failed", "canceled": "run.canceled"}
-    if status not in kind:
-        raise InvalidInputError(f"A run ends completed, failed or canceled, not {status!r}.")
+    kind = _ENDS
     _fence(
         conn,
         tenant,
@@ -364,16 +487,16 @@ def end_run(
     (ended,) = _log.insert_events(
         conn,
         conv.id,
-        cursor.branch_id,
+        run.branch_id,
         cursor.position + 1,
-        [(NewEvent(kind[status], payload), _log.canonical_json(payload))],  # type: ignore[arg-type]
+        [(NewEvent(kind[status], payload), _log.canonical_json(payload))],
         run_id=run.id,
         head=status == "completed",
     )
     if status != "completed":
         return None, conflict
     appended = _appended_messages(conn, conv, run)
-    _log.set_head(conn, conv, Position(cursor.branch_id, ended.position), appended, ended.hash)
+    _log.set_head(conn, conv, Position(run.branch_id, ended.position), appended, ended.hash)
     return _log.get_conversation(conn, tenant, conv.id), None
 
 
@@ -411,6 +534,8 @@ def _appended_messages(conn: Connection, conv: Conversation, run: Run) -> list[E
 
 def renew_lease(conn: Connection, tenant: str, cursor: RunCursor, seconds: float) -> None:
     """Extend the lease, measured on the database's clock; `LeaseError` if lost."""
+    check_seconds(seconds, "seconds")
+    own_run(conn, tenant, cursor)
     result = conn.execute(
         runs.update()
         .where(
@@ -449,7 +574,10 @@ def claim_stale_runs(
     time. A run that reached `max_attempts` is given up instead: recorded as
     failed at stage `gave_up` and marked as needing attention.
     """
-    _log.check_text(owner, "lease owner")
+    check_text(owner, "lease owner")
+    check_limit(limit)
+    check_seconds(lease_seconds, "lease_seconds")
+    check_int(max_attempts, "max_attempts", minimum=1, maximum=MAX_INT32)
     query = sa.select(runs).where(
         runs.c.status == "running", runs.c.lease_expires_at <= db_now(conn)
     )

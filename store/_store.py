@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, get_args
 
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -29,6 +29,7 @@ from store._dialect import (
     normalize_url,
     on_cursor,
 )
+from store._checks import check_choice, check_id
 from store._errors import ConflictError, InvalidInputError, SchemaError
 from store._translate import translating
 from store._values import (
@@ -36,6 +37,7 @@ from store._values import (
     Conversation,
     Event,
     NewEvent,
+    Origin,
     Position,
     Run,
     RunCursor,
@@ -50,6 +52,7 @@ if TYPE_CHECKING:
 __all__ = ["AsyncLedger", "AsyncStore", "Ledger", "Store"]
 
 T = TypeVar("T")
+_ORIGINS: frozenset[str] = frozenset(get_args(Origin))
 
 
 @dataclass(frozen=True)
@@ -142,18 +145,21 @@ class _Ops:
         idempotency_key: str | None,
         origin: str,
     ) -> Op[Appended]:
-        if isinstance(messages, Message):
-            raise InvalidInputError("append_messages takes a list of messages, not one message.")
-        if origin not in ("client", "run", "repair"):
-            raise InvalidInputError(f"origin must be client, run or repair, not {origin!r}.")
+        if isinstance(messages, Message | dict | str | bytes) or not isinstance(
+            messages, Sequence
+        ):
+            raise InvalidInputError(
+                f"append_messages takes a list of messages, not {type(messages).__name__}."
+            )
+        check_choice(origin, "origin", _ORIGINS)
+        # Every option is checked here, before either path: the fast paths
+        # write without passing through `_log.append_messages`.
+        check_id(conversation_id, "conversation")
+        _log.check_append_options(expected, run_id, idempotency_key)
         encoded = _log.encode_events(
             [NewEvent.of_message(_as_message(m), origin=origin) for m in messages]  # type: ignore[arg-type]
         )
         tenant = self.tenant
-        if encoded:  # the fast paths: the common case, in place at the head
-            _log._check_id(conversation_id, "conversation")
-            if idempotency_key is not None:
-                _log.check_text(idempotency_key, "idempotency key")
 
         def in_place(append: _fastpath.Append) -> Callable[[Any], Appended | None] | None:
             if not encoded:
