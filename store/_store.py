@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import create_async_engine as sa_create_async_engine
 
 from store import _fastpath, _log, _migrate, _repair, _runs, _verify, projector
 from store._cache import MessageCache
+from store._checks import check_choice, check_id
 from store._dialect import (
     WRITE,
     DriverConnections,
@@ -29,7 +30,6 @@ from store._dialect import (
     normalize_url,
     on_cursor,
 )
-from store._checks import check_choice, check_id
 from store._errors import ConflictError, InvalidInputError, SchemaError
 from store._translate import translating
 from store._values import (
