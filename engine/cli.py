@@ -15,7 +15,7 @@ import importlib
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -41,6 +41,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("chatledger: interrupted", file=sys.stderr)
         return 130
+    except Exception as error:
+        # A command line prints sentences, never a traceback; one that reaches
+        # here is a defect of ours, and CHATLEDGER_DEBUG=1 shows where it is.
+        if os.environ.get("CHATLEDGER_DEBUG"):
+            raise
+        print(
+            f"chatledger: internal error: {type(error).__name__}: {' '.join(str(error).split())}. "
+            f"This is a defect in chatledger; rerun with CHATLEDGER_DEBUG=1 for the traceback "
+            f"and report it.",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
+
+
+def _count(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from `low` to `high`."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is not from {low} to {high:,}")
+        return value
+
+    return parse
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -81,20 +108,26 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--status", choices=["running", "completed", "failed", "canceled"])
     p.add_argument("--attention", action="store_true", help="only runs that need a person")
     p.add_argument("--conversation", help="only runs of this conversation")
-    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--limit", type=_count(1, 100_000), default=50)
     p.set_defaults(handler=_runs)
 
     p = sub.add_parser("fork", parents=[common, tenant, output], help="fork a conversation")
     p.add_argument("conversation", help="the conversation id")
-    p.add_argument("--at", type=int, help="a position on the head's lineage (default: head)")
+    p.add_argument(
+        "--at",
+        type=_count(1, 2**31 - 1),
+        help="a position on the head's lineage (default: head)",
+    )
     p.set_defaults(handler=_fork)
 
     p = sub.add_parser("resume", parents=[common, output], help="resume crashed runs with a worker")
     p.add_argument("--agent", required=True, help="the agent, as module:attribute")
     p.add_argument("--once", action="store_true", help="one pass, then exit")
-    p.add_argument("--concurrency", type=int, default=1, help="workers in this process")
+    p.add_argument(
+        "--concurrency", type=_count(1, 256), default=1, help="workers in this process"
+    )
     p.add_argument("--lease-seconds", type=float, default=30.0)
-    p.add_argument("--max-attempts", type=int, default=3)
+    p.add_argument("--max-attempts", type=_count(1, 1000), default=3)
     p.set_defaults(handler=_resume)
 
     p = sub.add_parser(
@@ -241,10 +274,11 @@ def _resume(args: argparse.Namespace) -> int:
 
 def _verify(args: argparse.Namespace) -> int:
     with _open(args) as store:
-        if args.conversation:
-            ledger = store.tenant(args.tenant or "default")
+        # An empty --tenant is a tenant name to check (and refuse), never "all".
+        if args.conversation is not None:
+            ledger = store.tenant("default" if args.tenant is None else args.tenant)
             results = [ledger.verify(args.conversation, recompute=args.recompute)]
-        elif args.tenant:
+        elif args.tenant is not None:
             results = store.tenant(args.tenant).verify_all(recompute=args.recompute)
         else:
             results = store.verify(recompute=args.recompute)
