@@ -254,8 +254,9 @@ class Run:
         self.stage = "processor"
         history = [m for m in replayed if m.role != "system"]
         if self.agent.history_processor is not None:
+            after = len(history) - 1 - max(i for i, m in enumerate(history) if m.role == "user")
             history = self.agent.history_processor(history)
-            if not any(m is prompt for m in history):
+            if not _keeps_the_prompt(history, after):
                 raise HistoryError(
                     "The history processor dropped the current prompt, which must stay the "
                     "final user message. Make the processor keep the newest messages."
@@ -517,6 +518,33 @@ def _supplied(
     if all(isinstance(m, Message) for m in items):
         return items  # type: ignore[return-value]
     return from_pairs(items)  # type: ignore[arg-type]
+
+
+def _after_last_user(history: Sequence[Message]) -> int | None:
+    """How many messages follow the last user message, or None when there is none."""
+    for back, message in enumerate(reversed(history)):
+        if message.role == "user":
+            return back
+    return None
+
+
+def _keeps_the_prompt(processed: Sequence[Message], after: int) -> bool:
+    """Whether a processor's output still ends with the current prompt.
+
+    The prompt is the final user message of the history handed to the
+    processor, followed by `after` messages: none, except on a resume, where
+    the failed run's completed turns follow it. A processor may copy, redact
+    or rebuild any message, the prompt included, so the prompt cannot be
+    found by identity or by equality, only by its place: the output's last
+    user message must be followed by no more than `after` messages (fewer is
+    fine: a processor may drop tool traffic). A processor that drops the
+    prompt leaves an earlier user message as the last, followed by at least
+    its answer and whatever followed the prompt, so it fails; the one drop
+    the shape cannot see is of a prompt that directly follows another user
+    message, which then stands in for it.
+    """
+    kept = _after_last_user(processed)
+    return kept is not None and kept <= after
 
 
 def _unstamped(message: Message) -> Message:

@@ -94,7 +94,12 @@ class Agent:
             placed after the static text and a blank line (empty adds nothing).
         tools: functions or `Tool`s the model may call.
         history_processor: applied once per run to the replayed history and
-            the prompt, before repair (e.g. `trim_history(50)`).
+            the prompt, before repair (e.g. `trim_history(50)`). Any
+            `list[Message] -> list[Message]` callable: it may copy, redact or
+            rebuild messages, the prompt included, but its output must still
+            end with a user message in the prompt's place (followed, on a
+            resume, by no more than the failed run's turns), or the run fails
+            at stage `processor` before any model request.
         guard: sees only the current prompt; raising rejects the run.
         retriever: sees only the current prompt; its hits are given to the
             model as context and become the result's retrieval sources.

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from engine import Agent, Hit, RunContext, RunError, ToolFailed, tool
+from engine.providers import ModelResponseError
 from engine.providers.scripted import ScriptedModel
 from store import (
     HistoryProcessor,
@@ -204,6 +205,61 @@ def test_processor_error_fails_the_run_before_any_model_call(
         agent.run(ledger, "x")
     assert caught.value.stage == "processor" and caught.value.partial is None
     assert model.requests == []
+
+
+def test_a_processor_may_copy_or_redact_every_message_including_the_prompt(
+    ledger: Ledger,
+) -> None:
+    conv = ledger.create_conversation()
+    ledger.append_messages(
+        conv.id,
+        [Message(role="user", content="my secret"), Message(role="assistant", content="noted")],
+    )
+
+    def redact(history: list[Message]) -> list[Message]:
+        return [
+            m.model_copy(update={"content": m.content.replace("secret", "[redacted]")})
+            for m in history
+        ]
+
+    model = ScriptedModel(["ok"])
+    result = Agent(model, history_processor=redact).run(ledger, "is my secret safe?", conv.id)
+    sent = [m.content for m in model.requests[0].request.messages]
+    assert sent == ["my [redacted]", "noted", "is my [redacted] safe?"]
+    assert result.new_messages[0].content == "is my secret safe?"  # the log keeps the prompt
+
+
+def test_a_processor_may_copy_every_message_on_a_resume(ledger: Ledger) -> None:
+    model = ScriptedModel(
+        [
+            Message(
+                role="assistant",
+                tool_calls=[ToolCall(id="c1", name="weather", arguments={"city": "Oslo"})],
+            ),
+            ModelResponseError("the model went away", provider="scripted"),
+            "Sunny.",
+        ]
+    )
+    agent = Agent(
+        model,
+        tools=[weather],
+        history_processor=lambda history: [m.model_copy() for m in history],
+    )
+    with pytest.raises(RunError) as caught:
+        agent.run(ledger, "Weather?")
+    assert caught.value.stage == "model"
+    assert agent.resume(ledger, caught.value.run_id).output == "Sunny."
+
+
+def test_a_processor_that_drops_only_the_prompt_fails_the_run(ledger: Ledger) -> None:
+    conv = ledger.create_conversation()
+    ledger.append_messages(
+        conv.id, [Message(role="user", content="old"), Message(role="assistant", content="ok")]
+    )
+    model = ScriptedModel(["never"])
+    with pytest.raises(RunError) as caught:
+        Agent(model, history_processor=lambda history: history[:-1]).run(ledger, "new", conv.id)
+    assert caught.value.stage == "processor" and model.requests == []
 
 
 def test_invalid_arguments_go_back_as_a_correction(ledger: Ledger) -> None:
