@@ -35,7 +35,7 @@ from store._values import (
 )
 from store.ids import new_id
 from store.messages import Message, dump_message
-from store.schema import branches, conversations, events
+from store.schema import branches, conversations, events, runs
 
 __all__ = [
     "MAX_PAYLOAD_CHARS",
@@ -180,7 +180,8 @@ def list_conversations(
     check_limit(limit)
     query = sa.select(conversations).where(conversations.c.tenant == tenant)
     if before is not None:
-        _check_id(before, "conversation")
+        # The keyset cursor is a conversation id: one of this tenant's, like any other id.
+        get_conversation(conn, tenant, before)
         query = query.where(conversations.c.id < before)
     rows = conn.execute(query.order_by(conversations.c.id.desc()).limit(limit)).all()
     return [_conversation(r) for r in rows]
@@ -794,7 +795,13 @@ def list_events(
         get_conversation(conn, tenant, conversation_id)
         query = query.where(events.c.conversation_id == conversation_id)
     if run_id is not None:
+        # A run of another tenant (or none) is not found, as a conversation is.
         _check_id(run_id, "run")
+        found = conn.execute(
+            sa.select(runs.c.id).where(runs.c.id == run_id, runs.c.tenant == tenant)
+        ).first()
+        if found is None:
+            raise NotFoundError("run", run_id, tenant)
         query = query.where(events.c.run_id == run_id)
     if after_seq is not None:
         check_int(after_seq, "after_seq", minimum=0, maximum=MAX_INT64)

@@ -33,6 +33,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from store._checks import json_text
 from store._errors import InvalidInputError
 
 __all__ = [
@@ -151,7 +152,10 @@ class ToolCall(_Contract):
     @classmethod
     def _serialize_mapping(cls, value: Any) -> Any:
         if isinstance(value, dict):
-            return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+            # Strict: a value JSON cannot hold (a set, bytes, NaN, a non-string
+            # key, ...) is refused here, naming where it is, instead of being
+            # written as a token no provider's parser reads.
+            return json_text(value, "arguments", sort_keys=False)
         return value
 
     def arguments_object(self) -> dict[str, Any] | None:
