@@ -109,17 +109,6 @@ class Run:
 
     async def execute(self) -> Result:
         """Run to completion, or raise `RunError` with the exact partial."""
-        if self.agent.guard is not None:
-            try:
-                await _maybe_await(self.agent.guard(self.prompt))
-            except Exception as error:
-                raise RunError(
-                    f"The guard rejected the prompt: {error}",
-                    stage="guard",
-                    partial=None,
-                    run_id=self.run_id,
-                    conversation_id=self.explicit_conversation_id or "",
-                ) from error
         heartbeat: asyncio.Task[None] | None = None
         try:
             await self._open()
@@ -170,10 +159,26 @@ class Run:
             return "tool", error
         return self.stage, error
 
+    async def _guard(self) -> None:
+        """Let the agent's guard screen the current prompt; nothing is written before."""
+        if self.agent.guard is None:
+            return
+        try:
+            await _maybe_await(self.agent.guard(self.prompt))
+        except Exception as error:
+            raise RunError(
+                f"The guard rejected the prompt: {error}",
+                stage="guard",
+                partial=None,
+                run_id=self.run_id,
+                conversation_id=self.conversation_id or self.explicit_conversation_id or "",
+            ) from error
+
     async def _open(self) -> None:
         if self.resumes is not None:
             await self._open_resume()
             return
+        await self._guard()
         supplied = self.supplied
         self.conversation_id = resolve_conversation_id(
             supplied or [], self.explicit_conversation_id
@@ -222,6 +227,11 @@ class Run:
             )
         self.prompt = prompt.text
         self.resumed_prompt: Message | None = prompt
+        # The guard screens the resumed prompt as it screens any prompt: the
+        # resume may run under another agent, or another guard, than the
+        # failed run did. A rejection writes nothing: no resume branch exists,
+        # so the failed run can still be resumed.
+        await self._guard()
         self.instructions = await self.agent.resolve_instructions(
             RunContext(self.run_id, self.conversation_id, self.prompt)
         )

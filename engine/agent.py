@@ -100,7 +100,9 @@ class Agent:
             end with a user message in the prompt's place (followed, on a
             resume, by no more than the failed run's turns), or the run fails
             at stage `processor` before any model request.
-        guard: sees only the current prompt; raising rejects the run.
+        guard: sees only the current prompt, before anything is written (on a
+            resume, the resumed run's prompt, read from the log); raising
+            rejects the run with `RunError` at stage `guard`.
         retriever: sees only the current prompt; its hits are given to the
             model as context and become the result's retrieval sources.
         max_requests: the bound on model requests in one run.
@@ -235,6 +237,12 @@ class Agent:
         result, so the model may call it again. Only one resume of a run can
         ever exist (`store.ResumeConflictError` for the others), and it moves
         the head only if the head is still where the failed run started.
+
+        The agent's guard screens the resumed run's prompt, read from the log
+        before anything is written, as it screens every prompt: the resume
+        may run under another agent or guard than the failed run did. A
+        rejection raises `RunError` at stage `guard` and writes nothing, so
+        the failed run can still be resumed later.
         """
         from engine._run import Run
 

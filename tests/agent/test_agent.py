@@ -262,6 +262,40 @@ def test_a_processor_that_drops_only_the_prompt_fails_the_run(ledger: Ledger) ->
     assert caught.value.stage == "processor" and model.requests == []
 
 
+def test_the_guard_screens_the_resumed_runs_prompt(ledger: Ledger) -> None:
+    seen: list[str] = []
+
+    def guard(prompt: str) -> None:
+        seen.append(prompt)
+        if not prompt:
+            raise ValueError("the prompt is empty")
+
+    model = ScriptedModel([ModelResponseError("the model went away", provider="scripted"), "ok"])
+    agent = Agent(model, guard=guard)
+    with pytest.raises(RunError) as caught:
+        agent.run(ledger, "Weather?")
+    assert agent.resume(ledger, caught.value.run_id).output == "ok"
+    assert seen == ["Weather?", "Weather?"]
+
+
+def test_a_guard_that_rejects_a_resume_writes_nothing(ledger: Ledger) -> None:
+    model = ScriptedModel([ModelResponseError("the model went away", provider="scripted"), "ok"])
+    with pytest.raises(RunError) as caught:
+        Agent(model).run(ledger, "Weather?")
+    failed = caught.value
+    before = ledger.events()
+
+    def refuse(prompt: str) -> None:
+        raise ValueError(f"not now: {prompt}")
+
+    with pytest.raises(RunError) as rejected:
+        Agent(model, guard=refuse).resume(ledger, failed.run_id)
+    assert rejected.value.stage == "guard" and "not now: Weather?" in str(rejected.value)
+    assert rejected.value.conversation_id == failed.conversation_id
+    assert ledger.events() == before
+    assert Agent(model).resume(ledger, failed.run_id).output == "ok"  # still resumable
+
+
 def test_invalid_arguments_go_back_as_a_correction(ledger: Ledger) -> None:
     model = ScriptedModel(
         [
