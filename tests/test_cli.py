@@ -185,3 +185,32 @@ def test_verify_reports_intact_chains_and_the_head_digest(seeded: tuple[str, str
     assert "every chain is intact" in result.stdout and "Chain head: " in result.stdout
     rows = json.loads(chatledger("verify", "--json", url=url).stdout)
     assert any(r["conversation"] == conv and r["ok"] for r in rows)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("runs", "--limit", "99999999999999999999"),
+        ("runs", "--limit", "0"),
+        ("fork", "01900000-0000-7000-8000-000000000000", "--at", "-3"),
+        ("audit", "events", "--limit", "99999999999999999999"),
+        ("audit", "events", "--after", "99999999999999999999999:1"),
+        ("history", "not-an-id"),
+        ("verify", "--tenant", ""),
+        ("verify", "--conversation", "01900000-0000-7000-8000-000000000000", "--tenant", ""),
+    ],
+)
+def test_bad_arguments_get_a_sentence_never_a_traceback(
+    seeded: tuple[str, str], args: tuple[str, ...]
+) -> None:
+    url, _ = seeded
+    result = chatledger(*args, url=url)
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr and "Traceback" not in result.stdout
+    assert "error" in result.stderr
+
+
+def test_an_empty_tenant_is_refused_not_taken_as_every_tenant(seeded: tuple[str, str]) -> None:
+    url, _ = seeded
+    line = one_line_error(chatledger("verify", "--tenant", "", url=url))
+    assert "tenant ''" in line
