@@ -10,6 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 from store import (
+    Event,
     InvalidInputError,
     Ledger,
     Message,
@@ -21,7 +22,7 @@ from store import (
     _chain,
 )
 from store.ids import new_id
-from store.schema import events
+from store.schema import events, runs
 from tests.conftest import create_postgres_database, drop_postgres_database
 
 
@@ -292,3 +293,164 @@ async def test_async_verify(database_url: str) -> None:
         conv = await ledger.create_conversation()
         await ledger.append_messages(conv.id, [Message(role="user", content="x")])
         assert (await ledger.verify(conv.id)).ok
+
+
+# -- Deleted events that something names ---------------------------------------
+#
+# A deleted event leaves no gap when it was the last of its branch. It is
+# found through whatever names its position: an event's payload (hashed, so
+# the name itself cannot be removed without breaking a chain) or a row.
+
+
+def delete_event(store: Store, ledger: Ledger, conversation_id: str, at: Position) -> None:
+    victim = next(
+        e
+        for e in ledger.events(conversation_id=conversation_id)
+        if Position(e.branch_id, e.position) == at
+    )
+    with triggers_off(store) as conn:
+        conn.execute(events.delete().where(events.c.seq == victim.seq))
+
+
+def only_event(ledger: Ledger, conversation_id: str, kind: str) -> Event:
+    (found,) = [e for e in ledger.events(conversation_id=conversation_id) if e.kind == kind]
+    return found
+
+
+def test_a_deleted_line_that_move_head_left_is_named_by_head_moved(
+    store: Store, ledger: Ledger, recompute: Recompute
+) -> None:
+    conv = ledger.create_conversation().id
+    ledger.append_messages(
+        conv, [Message(role="user", content="keep"), Message(role="user", content="drop")]
+    )
+    old_head = ledger.conversation(conv).head
+    ledger.move_head(conv, 2)
+    moved = only_event(ledger, conv, "head.moved")
+    delete_event(store, ledger, conv, old_head)
+    result = ledger.verify(conv, recompute=recompute)
+    assert not result.ok
+    assert (result.event_seq, result.event_id) == (moved.seq, moved.id)
+    assert f"{old_head.branch_id}:{old_head.position} is missing" in (result.problem or "")
+    assert conv in (result.problem or "")
+
+
+def test_a_deleted_head_that_a_run_left_is_named_by_run_started(
+    store: Store, ledger: Ledger, recompute: Recompute
+) -> None:
+    conv = ledger.create_conversation().id
+    ledger.append_messages(
+        conv, [Message(role="user", content="q"), Message(role="assistant", content="a")]
+    )
+    old_head = ledger.conversation(conv).head
+    cursor = ledger.start_run(conv, owner="v", base=2)  # regenerate the answer
+    _, cursor = ledger.record(cursor, [NewEvent.of_message(Message(role="assistant", content="b"))])
+    ledger.complete_run(cursor)
+    started = only_event(ledger, conv, "run.started")
+    delete_event(store, ledger, conv, old_head)
+    result = ledger.verify(conv, recompute=recompute)
+    assert not result.ok and result.event_seq == started.seq
+    assert f"{old_head.branch_id}:{old_head.position}" in (result.problem or "")
+    assert "the head when its run started" in (result.problem or "")
+
+
+def test_a_deleted_tail_of_a_failed_run_is_named_by_its_run_row(
+    store: Store, ledger: Ledger, recompute: Recompute
+) -> None:
+    conv = ledger.create_conversation().id
+    ledger.append_messages(
+        conv, [Message(role="user", content="q"), Message(role="assistant", content="a")]
+    )
+    cursor = ledger.start_run(conv, owner="v", base=2)  # a side branch at position 2
+    ledger.fail_run(cursor, stage="model", error="x")
+    run = ledger.run(cursor.run_id)
+    delete_event(store, ledger, conv, Position(run.branch_id, run.position))
+    result = ledger.verify(conv, recompute=recompute)
+    assert not result.ok and result.event_seq is None
+    assert f"the event at {run.branch_id}:{run.position} is missing" in (result.problem or "")
+    assert f"run '{run.id}'" in (result.problem or "")
+
+
+def test_a_deleted_point_that_a_resume_continues_is_named_even_with_the_run_row_rewound(
+    store: Store, ledger: Ledger, recompute: Recompute
+) -> None:
+    conv = ledger.create_conversation().id
+    ledger.append_messages(conv, [Message(role="user", content="q")])
+    failed = ledger.start_run(conv, owner="v")
+    ledger.fail_run(failed, stage="model", error="x")
+    ledger.start_run(conv, owner="v", resumes=failed.run_id)
+    tail = ledger.run(failed.run_id)
+    resumed_from = Position(tail.branch_id, tail.position)
+    created = only_event(ledger, conv, "branch.created")
+    delete_event(store, ledger, conv, resumed_from)
+    with store.engine.begin() as conn:  # covering tracks: the row no longer names it
+        conn.execute(runs.update().where(runs.c.id == tail.id).values(position=tail.position - 1))
+    result = ledger.verify(conv, recompute=recompute)
+    assert not result.ok and (result.event_seq, result.event_id) == (created.seq, created.id)
+    assert f"{resumed_from.branch_id}:{resumed_from.position} is missing" in (result.problem or "")
+
+
+def test_a_deleted_fork_point_is_named_in_the_source_and_in_the_fork(
+    store: Store, ledger: Ledger, recompute: Recompute
+) -> None:
+    source = ledger.create_conversation().id
+    ledger.append_messages(
+        source, [Message(role="user", content="a"), Message(role="user", content="b")]
+    )
+    point = ledger.conversation(source).head
+    fork = ledger.fork(source).id
+    ledger.move_head(source, 2)  # the source leaves the fork point behind
+    delete_event(store, ledger, source, point)
+    named = f"{point.branch_id}:{point.position} is missing"
+    in_source = ledger.verify(source, recompute=recompute)
+    assert not in_source.ok and named in (in_source.problem or "")
+    assert in_source.event_seq == only_event(ledger, source, "head.moved").seq
+    in_fork = ledger.verify(fork, recompute=recompute)
+    assert not in_fork.ok and named in (in_fork.problem or "")
+    assert in_fork.event_seq == only_event(ledger, fork, "conversation.created").seq
+
+
+def test_a_fork_answers_only_for_its_own_lineage(
+    store: Store, ledger: Ledger, recompute: Recompute
+) -> None:
+    source = ledger.create_conversation().id
+    ledger.append_messages(source, [Message(role="user", content="a")])
+    fork = ledger.fork(source).id
+    ledger.append_messages(source, [Message(role="user", content="beyond the fork point")])
+    delete_event(store, ledger, source, ledger.conversation(source).head)
+    assert not ledger.verify(source, recompute=recompute).ok  # the source's head names it
+    assert ledger.verify(fork, recompute=recompute).ok  # the fork never saw it
+
+
+def test_every_position_an_untouched_log_names_is_found(
+    ledger: Ledger, recompute: Recompute
+) -> None:
+    conv = ledger.create_conversation().id
+    ledger.append_messages(
+        conv, [Message(role="user", content="q"), Message(role="assistant", content="a")]
+    )
+    regenerate = ledger.start_run(conv, owner="v", base=2)
+    ledger.complete_run(regenerate)
+    failed = ledger.start_run(conv, owner="v")
+    ledger.fail_run(failed, stage="model", error="x")
+    resume = ledger.start_run(conv, owner="v", resumes=failed.run_id)
+    ledger.complete_run(resume)
+    ledger.move_head(conv, 2)
+    fork = ledger.fork(conv, at=3).id
+    ledger.move_head(fork, 2)  # into the source's lineage
+    ledger.complete_run(ledger.start_run(fork, owner="v", base=1))  # based in the source
+    assert [r.problem for r in ledger.verify_all(recompute=recompute)] == [None, None]
+
+
+def test_a_forged_payload_that_names_no_position_is_a_mismatch(
+    store: Store, ledger: Ledger, recompute: Recompute
+) -> None:
+    conv = ledger.create_conversation().id
+    ledger.append_messages(conv, [Message(role="user", content="a")])
+    ledger.move_head(conv, 1)
+    moved = only_event(ledger, conv, "head.moved")
+    for forged in ("not json", '{"from":{"branchId":"x","position":"y"}}', "[]"):
+        with triggers_off(store) as conn:
+            conn.execute(events.update().where(events.c.seq == moved.seq).values(payload=forged))
+        result = ledger.verify(conv, recompute=recompute)
+        assert not result.ok and result.event_seq == moved.seq, result.problem
