@@ -42,7 +42,6 @@ from store import (
     Usage,
     from_pairs,
     normalize_history,
-    resolve_conversation_id,
     sanitize_history,
 )
 from store._repair import no_result
@@ -179,21 +178,23 @@ class Run:
             await self._open_resume()
             return
         await self._guard()
-        supplied = self.supplied
-        self.conversation_id = resolve_conversation_id(
-            supplied or [], self.explicit_conversation_id
-        )
-        created = False
-        try:
-            await self._ledger("conversation", self.conversation_id)
-        except NotFoundError:
-            await self._ledger("create_conversation", conversation_id=self.conversation_id)
-            created = True
-        if supplied is not None:
-            sanitized, _ = sanitize_history(supplied)
-            if not created:
-                # The caller's history is the truth for this run: it goes on an
-                # edit branch from the conversation's start.
+        # Identity (ADR 0011): only the caller's explicit argument picks a
+        # conversation. Ids stamped inside supplied history are untrusted and
+        # choose nothing. An explicit id must name a conversation of this
+        # tenant: an id that was never used and an id of another tenant both
+        # raise the store's NotFoundError here, before anything is written.
+        explicit = self.explicit_conversation_id
+        if explicit:
+            await self._ledger("conversation", explicit)
+            self.conversation_id = explicit
+        else:
+            self.conversation_id = (await self._ledger("create_conversation")).id
+        if self.supplied is not None:
+            sanitized, _ = sanitize_history(self.supplied)
+            if explicit:
+                # The caller chose this conversation, and its history is the
+                # truth for this run: it goes on an edit branch from the
+                # conversation's start.
                 await self._ledger("move_head", self.conversation_id, 1)
             if sanitized:
                 await self._ledger("append_messages", self.conversation_id, sanitized)

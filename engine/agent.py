@@ -162,9 +162,20 @@ class Agent:
     ) -> Result:
         """Run the agent on a conversation of `ledger` (a `Ledger` or `AsyncLedger`).
 
-        Without `conversation_id`, a new conversation is created. With
-        `history` (flat `(role, text)` pairs, untrusted), the run continues
-        that history instead of the ledger's, as `run_with_history` does.
+        With `conversation_id`, the run continues that conversation, which
+        must exist in the ledger's tenant: an id that was never created and an
+        id of another tenant both raise `store.NotFoundError`, before anything
+        is written (to use an id of your own, create it first with
+        `ledger.create_conversation(conversation_id=...)`). Without it, a new
+        conversation is created. With `history` (flat `(role, text)` pairs,
+        untrusted), the run continues that history instead of the ledger's,
+        as `run_with_history` does.
+
+        Raises:
+            RunError: the run failed, was canceled or rejected by the guard.
+            store.NotFoundError: `conversation_id` names no conversation of
+                this tenant (the store's own error, not wrapped: the request
+                was refused before a run began).
         """
         from engine._run import Run
 
@@ -212,7 +223,13 @@ class Agent:
         """Run on a history the caller brings (untrusted).
 
         The history is sanitized at the boundary (`sanitize_history`),
-        recorded with origin `client`, and continued by the run.
+        recorded with origin `client`, and continued by the run. Ids stamped
+        in it (`conversation_id`, `run_id`) choose nothing (ADR 0011): the run
+        continues the explicit `conversation_id`, which must exist in the
+        ledger's tenant (else `store.NotFoundError`, as for `run_async`), with
+        the supplied history on an edit branch from the conversation's start,
+        since the caller's history is the truth for this run; without it, the
+        run opens a new conversation.
         """
         from engine._run import Run
 

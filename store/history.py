@@ -387,6 +387,12 @@ def resolve_conversation_id(history: Sequence[Message], explicit: str | None = N
     it; else a new UUIDv7 is minted. Apply it to the history as supplied,
     before any processor, so trimming never changes a conversation's identity.
 
+    Apply it only to history you trust (your own log, say): an id stamped in
+    history that crossed a trust boundary must choose nothing, since it may
+    name a conversation the caller was never given. The engine does not apply
+    it to the history passed to `run_with_history` or as `history=` pairs
+    (ADR 0011).
+
     Args:
         history: The history as supplied, oldest first.
         explicit: The id the caller asked for, if any.

@@ -16,6 +16,8 @@ from store import (
     HistoryProcessor,
     Ledger,
     Message,
+    NotFoundError,
+    Store,
     ToolCall,
     budget_history,
     new_id,
@@ -176,11 +178,51 @@ def test_untrusted_history_is_sanitized_and_recorded_as_client(ledger: Ledger) -
     assert next(e.origin for e in recorded if e.kind == "message.recorded") == "client"
 
 
-def test_conversation_id_comes_from_supplied_history(ledger: Ledger) -> None:
-    donor = new_id()
-    history = [Message(role="user", content="x", conversation_id=donor)]
+def test_ids_stamped_in_supplied_history_choose_no_conversation(ledger: Ledger) -> None:
+    named = ledger.create_conversation()  # even one of the caller's own tenant
+    history = [Message(role="user", content="x", conversation_id=named.id, run_id=new_id())]
     result = Agent(ScriptedModel(["ok"])).run_with_history(ledger, history, "go")
-    assert result.conversation_id == donor
+    assert result.conversation_id != named.id
+    assert [m.content for m in ledger.history(result.conversation_id)] == ["x", "go", "ok"]
+    assert ledger.conversation(named.id).head == named.head
+
+
+def test_history_stamped_with_another_tenants_conversation_runs_in_a_new_one_of_the_callers(
+    ledger: Ledger, store: Store
+) -> None:
+    other = store.tenant(f"other-{new_id()}")
+    theirs = other.create_conversation()
+    before = other.events()
+    history = [Message(role="user", content="x", conversation_id=theirs.id)]
+    result = Agent(ScriptedModel(["ok"])).run_with_history(ledger, history, "go")
+    assert result.conversation_id != theirs.id
+    assert ledger.history(result.conversation_id) == result.messages  # the caller's tenant
+    assert other.events() == before
+
+
+@pytest.mark.parametrize("entry", ["run", "run_stream", "run_with_history"])
+def test_an_unknown_conversation_id_and_another_tenants_are_refused_alike(
+    ledger: Ledger, store: Store, entry: str
+) -> None:
+    other = store.tenant(f"other-{new_id()}")
+    theirs = other.create_conversation().id
+    before = (ledger.events(), other.events())
+    agent = Agent(ScriptedModel(["never"]))
+    start = {
+        "run": lambda c: agent.run(ledger, "go", c),
+        "run_stream": lambda c: agent.run_stream(ledger, "go", c, on_delta=print),
+        "run_with_history": lambda c: agent.run_with_history(
+            ledger, [Message(role="user", content="x")], "go", conversation_id=c
+        ),
+    }[entry]
+    shapes = []
+    for conversation_id in (new_id(), theirs):
+        with pytest.raises(NotFoundError) as caught:
+            start(conversation_id)
+        assert type(caught.value) is NotFoundError and caught.value.kind == "conversation"
+        shapes.append(str(caught.value).replace(conversation_id, "<id>"))
+    assert shapes[0] == shapes[1]
+    assert (ledger.events(), other.events()) == before
 
 
 def test_history_processor_runs_before_repair(ledger: Ledger) -> None:
