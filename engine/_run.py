@@ -45,7 +45,7 @@ from store import (
     sanitize_history,
 )
 from store._repair import no_result
-from store.ids import new_id
+from store.ids import is_id, new_id
 
 __all__ = ["Run"]
 
@@ -89,7 +89,9 @@ class Run:
         self.prompt = prompt
         self.explicit_conversation_id = conversation_id
         self.supplied = _supplied(history)
-        self.run_id = run_id or new_id()
+        # An empty id is refused by the store like any malformed one, never
+        # replaced: a caller that passes "" has lost an id somewhere.
+        self.run_id = new_id() if run_id is None else run_id
         self.owner = owner
         self.lease_seconds = lease_seconds
         self.on_delta = on_delta
@@ -177,6 +179,12 @@ class Run:
         if self.resumes is not None:
             await self._open_resume()
             return
+        if not is_id(self.run_id):
+            # Checked before the conversation is created: nothing is written.
+            raise InvalidInputError(
+                f"Run id {self.run_id!r} is not a UUID in canonical form (lowercase, "
+                f"hyphenated). Pass none to have a new one minted."
+            )
         await self._guard()
         # Identity (ADR 0011): only the caller's explicit argument picks a
         # conversation. Ids stamped inside supplied history are untrusted and
@@ -184,14 +192,14 @@ class Run:
         # tenant: an id that was never used and an id of another tenant both
         # raise the store's NotFoundError here, before anything is written.
         explicit = self.explicit_conversation_id
-        if explicit:
+        if explicit is not None:
             await self._ledger("conversation", explicit)
             self.conversation_id = explicit
         else:
             self.conversation_id = (await self._ledger("create_conversation")).id
         if self.supplied is not None:
             sanitized, _ = sanitize_history(self.supplied)
-            if explicit:
+            if explicit is not None:
                 # The caller chose this conversation, and its history is the
                 # truth for this run: it goes on an edit branch from the
                 # conversation's start.
@@ -467,7 +475,8 @@ class Run:
                     "fail_run",
                     cursor,
                     stage=stage,
-                    error=text[:4000],
+                    # An exception's text may hold a NUL, which no text column takes.
+                    error=text[:4000].replace("\x00", "\ufffd"),
                     usage=usage,
                     request_count=len(responded),
                     tool_count=tools,

@@ -14,6 +14,7 @@ from engine.providers import ModelResponseError
 from engine.providers.scripted import ScriptedModel
 from store import (
     HistoryProcessor,
+    InvalidInputError,
     Ledger,
     Message,
     NotFoundError,
@@ -408,3 +409,22 @@ async def test_async_run_on_an_async_ledger(database_url: str) -> None:
         ledger = store.tenant(f"async-{new_id()[-8:]}")
         result = await weather_agent().run_async(ledger, "Weather?")
         assert len(await ledger.history(result.conversation_id)) == 5
+
+
+@pytest.mark.parametrize("option", ["conversation_id", "run_id"])
+def test_an_empty_id_is_refused_before_anything_is_written(ledger: Ledger, option: str) -> None:
+    before = ledger.conversations()
+    with pytest.raises(InvalidInputError, match="canonical form"):
+        Agent(ScriptedModel(["never"])).run(ledger, "go", **{option: ""})
+    assert ledger.conversations() == before
+
+
+def test_a_failure_whose_text_holds_a_nul_is_recorded(ledger: Ledger) -> None:
+    def broken(_: object) -> Message:
+        raise RuntimeError("bad\x00byte")
+
+    with pytest.raises(RunError) as caught:
+        Agent(ScriptedModel(broken)).run(ledger, "go")
+    run = ledger.run(caught.value.run_id)
+    assert run.status == "failed" and run.error is not None
+    assert "bad\ufffdbyte" in run.error
