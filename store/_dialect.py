@@ -12,7 +12,10 @@ connections marked for writing, a plain (deferred) `BEGIN` for reads.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import select
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -21,6 +24,7 @@ from typing import Any, Literal, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import event
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.compiler import compiles
@@ -36,6 +40,7 @@ __all__ = [
     "InsertingTransaction",
     "commit_order",
     "create_engine",
+    "cut_off",
     "db_now",
     "db_now_plus",
     "for_update",
@@ -80,11 +85,41 @@ def create_engine(
         engine = sa.create_engine(url, connect_args={"timeout": busy_timeout})
         install_sqlite_hooks(engine, durability=durability, busy_timeout=busy_timeout)
         return engine
-    # No pre-ping: it would cost a round trip on every operation. A connection
-    # the server dropped fails its operation once (a StorageError, nothing
-    # written) and is replaced; pool_recycle retires connections before
-    # typical idle timeouts close them.
-    return sa.create_engine(url, pool_size=10, max_overflow=20, pool_recycle=1800)
+    # No pre-ping, which costs a round trip on every checkout; `cut_off` costs
+    # a poll of the socket (docs/adr/0012-connection-faults.md). pool_recycle
+    # retires connections before typical idle timeouts close them.
+    engine = sa.create_engine(url, pool_size=10, max_overflow=20, pool_recycle=1800)
+    event.listen(engine, "checkout", _replace_if_cut_off)
+    return engine
+
+
+def cut_off(dbapi_connection: Any) -> bool:
+    """Whether the server has closed an idle Postgres connection, found without a round trip.
+
+    An idle connection has nothing to read. When the server ends it (it was
+    terminated, shut down, or idle too long) it sends a last error message
+    and closes the socket, so the socket turns readable: a zero-timeout poll
+    sees that. It cannot see a connection cut off silently (a network path
+    gone); that one fails the operation that uses it.
+    """
+    if getattr(dbapi_connection, "closed", False):
+        return True
+    fileno = getattr(dbapi_connection, "fileno", None)
+    if fileno is None:  # a driver that does not show its socket
+        return False
+    fd = fileno()
+    if sys.platform == "win32":
+        return bool(select.select([fd], [], [], 0)[0])
+    poll = select.poll()
+    poll.register(fd, select.POLLIN)
+    return bool(poll.poll(0))
+
+
+def _replace_if_cut_off(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+    # The pool's protocol: it closes this connection and opens another, and the
+    # operation runs on that one, before any statement was sent on this one.
+    if cut_off(dbapi_connection):
+        raise sa_exc.DisconnectionError("The server closed the connection while it was idle.")
 
 
 def install_sqlite_hooks(
@@ -140,10 +175,13 @@ class DriverConnections:
     At most `size` exist at once, idle or in use; when all are in use, `run`
     declines (returns `(False, None)`) and the caller takes the pool's path,
     where the pool's own limits and timeout apply. None is kept longer than
-    `recycle` seconds (the pool's `pool_recycle`). A connection that saw an
-    error is closed; one that was cut off (the server restarted, say) also
-    closes every idle one, since they are likely cut off too, as the pool
-    invalidates itself on a disconnect.
+    `recycle` seconds (the pool's `pool_recycle`), and on Postgres none the
+    server has closed meanwhile is handed out (`cut_off`). A connection that
+    saw an error is closed; one that was cut off (the server restarted, say)
+    also closes every idle one, since they are likely cut off too, as the pool
+    invalidates itself on a disconnect. Connections are closed directly, not
+    through the pool's reset: a rollback on a connection the server has
+    closed fails, and the pool would log that with a traceback.
 
     On SQLite, `run` wraps the function in `BEGIN IMMEDIATE` (a write) or
     `BEGIN`, and `COMMIT`; on Postgres the connections are in autocommit mode
@@ -203,7 +241,7 @@ class DriverConnections:
                 _, idle = self._idle.pop()
             except IndexError:
                 return
-            idle.close()
+            _close(idle)
 
     def _take(self) -> tuple[float, Any]:
         if os.getpid() != self._pid:  # a forked child must not share its parent's
@@ -213,10 +251,17 @@ class DriverConnections:
                 born, idle = self._idle.pop()
             except IndexError:
                 break
-            if time.monotonic() - born < self._recycle:
+            if time.monotonic() - born < self._recycle and (
+                self._sqlite or not cut_off(idle.dbapi_connection)
+            ):
                 return born, idle
-            idle.close()
+            _close(idle)
         fairy: Any = self._engine.raw_connection()
+        for _ in range(2):  # only for an engine of the caller's: ours checks on checkout
+            if self._sqlite or not cut_off(fairy.dbapi_connection):
+                break
+            fairy.invalidate()
+            fairy = self._engine.raw_connection()
         fairy.detach()
         if not self._sqlite:
             fairy.dbapi_connection.autocommit = True
@@ -228,10 +273,20 @@ class DriverConnections:
             if self._closed:  # closed meanwhile
                 self._drop_idle()
             return
-        cut_off = not healthy and bool(getattr(fairy.dbapi_connection, "closed", False))
-        fairy.close()
-        if cut_off:
+        dbapi = fairy.dbapi_connection
+        lost = bool(getattr(dbapi, "closed", False) or getattr(dbapi, "broken", False))
+        _close(fairy)
+        if lost:
             self._drop_idle()
+
+
+def _close(fairy: Any) -> None:
+    """Close a detached connection without the pool's reset (see `DriverConnections`)."""
+    # Closing a connection has nothing to report: one the server already
+    # closed may complain, which says nothing new, and a transaction still
+    # open is rolled back by the server.
+    with contextlib.suppress(Exception):
+        fairy.dbapi_connection.close()
 
 
 def sqlite_clock() -> datetime:

@@ -15,6 +15,11 @@ from store._errors import ChatledgerError, InvalidInputError, SchemaError, Stora
 __all__ = ["translating", "unique_violation"]
 
 _MISSING_TABLE = ("no such table", "does not exist", "undefinedtable")
+# SQLSTATEs of a session the server ended: terminated or shut down (57P01,
+# 57P02), idle too long (57P05), and the connection exceptions (class 08).
+_SESSION_ENDED = ("57P01", "57P02", "57P05", "08")
+# What psycopg says when it finds the connection gone itself.
+_CONNECTION_GONE = ("connection is closed", "connection is lost", "server closed the connection")
 
 
 def unique_violation(error: BaseException, table: sa.Table, columns: Sequence[str]) -> bool:
@@ -52,6 +57,13 @@ def translating(action: str) -> Iterator[None]:
                 f"The database has no chatledger tables (while {action}). Run "
                 f"`store.migrate()` or `chatledger migrate` once to create them."
             ) from error
+        if _connection_lost(error, orig, text):
+            raise StorageError(
+                f"The connection to the database broke while {action}: {orig}. It was "
+                f"closed, and the next operation opens a new one. A write may have "
+                f"committed just before the break: read it back before repeating it "
+                f"(an append with an idempotency key can simply be repeated)."
+            ) from error
         if isinstance(error, sa_exc.OperationalError | psycopg.OperationalError) and (
             "connect" in text or "connection" in text
         ):
@@ -78,3 +90,13 @@ def translating(action: str) -> Iterator[None]:
             f"The database failed while {action}: {orig}. Nothing was written by "
             f"this operation; check the database and retry."
         ) from error
+
+
+def _connection_lost(error: BaseException, orig: BaseException | None, text: str) -> bool:
+    """Whether an open connection broke (not: a new one could not be opened)."""
+    if isinstance(error, sa_exc.DBAPIError):
+        return error.connection_invalidated  # SQLAlchemy asked the dialect
+    state = getattr(orig, "sqlstate", None) or ""
+    return state.startswith(_SESSION_ENDED) or (
+        isinstance(orig, psycopg.OperationalError) and any(m in text for m in _CONNECTION_GONE)
+    )

@@ -21,6 +21,7 @@ from engine.audit import check_request
 from engine.providers import ScriptedModel
 from store import (
     AsyncStore,
+    Event,
     InvalidInputError,
     LeaseError,
     Ledger,
@@ -36,7 +37,7 @@ from store import (
     trim_history,
 )
 from store.ids import new_id
-from store.schema import metadata
+from store.schema import events, metadata
 from tests import _audit_writer
 from tests._audit_agent import INSTRUCTIONS, wrapped_agent
 from tests._audit_agent import agent as cli_agent
@@ -449,16 +450,29 @@ DOC_QUERIES = [m.groupdict() for m in DOC_QUERY.finditer(DOC.read_text(encoding=
 
 @pytest.fixture
 def documented(ledger: Ledger) -> dict[str, tuple[dict[str, Any], list[Any]]]:
-    """Per documented query: its parameters, and what the library returns for them."""
+    """Per documented query: its parameters, and the rows it must return (their first column).
+
+    The rows come from the raw log (`ledger.events`), and the library's audit
+    pages must agree with them (`settles_to`). A page cannot be the expectation
+    itself: on Postgres it holds back every event behind the oldest transaction
+    still open on the whole server (transaction ids and `pg_current_snapshot()`
+    span databases), so a transaction of any other process (another test run,
+    say) would shorten it.
+    """
     result = wrapped_agent("openai").run(ledger, "weather?")
     conv = result.conversation_id
     crashed = ledger.start_run(conv, owner="w")
-    _, crashed = ledger.record(crashed, started(("c9", "weather")))
+    recorded, crashed = ledger.record(crashed, started(("c9", "weather")))
     ledger.fail_run(crashed, stage="tool", error="crashed")
     resume = ledger.start_run(conv, owner="w", resumes=crashed.run_id)
     ledger.fail_run(resume, stage="test", error="nothing left to do")
     now = datetime.now(UTC)
     audit = ledger.audit
+    log = ledger.events()  # the tenant's, in seq order: one writer at a time, so commit order
+
+    def seqs(keep: Callable[[Event], bool]) -> list[int]:
+        return [e.seq for e in log if keep(e)]
+
     common = {"tenant": ledger.tenant, "conversation_id": conv, "run_id": result.run_id}
     day = {
         "since": now - timedelta(hours=1),
@@ -466,25 +480,52 @@ def documented(ledger: Ledger) -> dict[str, tuple[dict[str, Any], list[Any]]]:
         "tool_name": "weather",
     }
     page = {"after_txid": 0, "after_seq": 0}
-    conversation_page = [e.seq for e in audit.events(conversation_id=conv).items]
+    timeline = seqs(lambda e: e.run_id == result.run_id)
+    settles_to(audit.run_timeline(result.run_id), timeline, lambda t: t.event.seq)
+    conversation = seqs(lambda e: e.conversation_id == conv)
+    settles_to(audit.events(conversation_id=conv), conversation, lambda e: e.seq)
+    supplied = seqs(
+        lambda e: (
+            e.conversation_id == conv
+            and e.kind == "message.recorded"
+            and e.origin in ("client", "repair")
+        )
+    )
+    settles_to(audit.supplied_and_repaired(conversation_id=conv), supplied, lambda e: e.seq)
+    weather = seqs(lambda e: e.kind == "tool.started" and e.payload["name"] == "weather")
+    settles_to(audit.tool_executions(**day), weather, lambda x: x.started_seq)  # type: ignore[arg-type]
+    unfinished = [e.seq for e in recorded if e.kind == "tool.started"]
+    settles_to(
+        audit.tool_executions(run_id=crashed.run_id, status="uncertain"),
+        unfinished,
+        lambda x: x.started_seq,
+    )
     return {
-        "run_timeline": (common, [t.event.seq for t in audit.run_timeline(result.run_id).items]),
-        "conversation_page": (common | page, conversation_page),
-        "conversation_page_settled": (common | page, conversation_page),
-        "supplied_and_repaired": (
-            common,
-            [e.seq for e in audit.supplied_and_repaired(conversation_id=conv).items],
-        ),
-        "tool_calls_over_a_day": (
-            common | day,
-            [x.started_seq for x in audit.tool_executions(**day).items],  # type: ignore[arg-type]
-        ),
-        "unfinished_tool_calls": (
-            common | {"run_id": crashed.run_id},
-            [x.started_seq for x in audit.tool_executions(status="uncertain").items],
-        ),
+        "run_timeline": (common, timeline),
+        "conversation_page": (common | page, conversation),
+        "conversation_page_settled": (common | page, conversation),  # see `settled`
+        "supplied_and_repaired": (common, supplied),
+        "tool_calls_over_a_day": (common | day, weather),
+        "unfinished_tool_calls": (common | {"run_id": crashed.run_id}, unfinished),
         "resumes": (common, [r.run_id for r in audit.lineage(conv).resumes] or [resume.run_id]),
     }
+
+
+def settles_to(page: Page[T], rows: list[Any], key: Callable[[T], Any]) -> None:
+    """The library's `page` holds `rows`, or, held back by an older open transaction, a prefix."""
+    got = [key(item) for item in page.items]
+    assert got == rows[: len(got)] and (page.pending or got == rows), (got, rows)
+
+
+def settled(conn: sa.Connection, seqs: list[int]) -> list[int]:
+    """The events among `seqs` that a query guarded by the snapshot's horizon returns on
+    `conn` (see docs/audit.md): those whose transaction is below its snapshot's xmin."""
+    horizon = conn.execute(
+        sa.text("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
+    ).scalar_one()
+    found = conn.execute(sa.select(events.c.seq, events.c.txid).where(events.c.seq.in_(seqs)))
+    txids = {seq: txid for seq, txid in found}
+    return [s for s in seqs if txids[s] < horizon]
 
 
 def sql_value(value: Any, backend: str) -> Any:
@@ -503,8 +544,13 @@ def test_documented_query_runs_on_an_index_and_returns_the_librarys_rows(
     clause = sa.text(doc["sql"])
     bound = {n: sql_value(params[n], backend) for n in clause.compile().params}
     with store.engine.connect() as conn:
-        rows = conn.execute(clause, bound).all()
         plan: list[str] = []
+        if backend == "postgres":
+            # One snapshot for the query and for `settled`, which reads its horizon.
+            conn.execution_options(isolation_level="REPEATABLE READ")
+        rows = conn.execute(clause, bound).all()
+        if "pg_current_snapshot()" in doc["sql"]:
+            expected = settled(conn, expected)
         if backend == "postgres":  # SQLite, without statistics, plans tiny tables its own way
             conn.exec_driver_sql(
                 "SET LOCAL enable_seqscan = off"

@@ -1,39 +1,22 @@
-"""The store's own driver connections, which run the plain-SQL operations."""
+"""The store's own driver connections, which run the plain-SQL operations.
+
+How the whole store behaves when Postgres ends its connections is in
+tests/test_store_faults.py.
+"""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
+import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from store import Message, StorageError, Store
-from store._dialect import DriverConnections, create_engine
+from store._dialect import DriverConnections, create_engine, cut_off, normalize_url
 from tests.conftest import _libpq
-
-
-def test_a_connection_the_server_dropped_fails_one_append_and_writes_nothing(
-    postgres_url: str,
-) -> None:
-    with Store.open(postgres_url) as store:
-        ledger = store.tenant("dropped")
-        conv = ledger.create_conversation()
-        ledger.append_messages(conv.id, [Message(role="user", content="before")])
-        with psycopg.connect(_libpq(postgres_url), autocommit=True) as admin:
-            killed = admin.execute(
-                # CASE, not AND: SQL does not promise to test the pid first.
-                "SELECT count(*) FILTER (WHERE CASE WHEN pid <> pg_backend_pid() "
-                "THEN pg_terminate_backend(pid) ELSE false END) "
-                "FROM pg_stat_activity WHERE datname = current_database()"
-            ).fetchone()
-        assert killed is not None and killed[0] >= 1
-        with pytest.raises(StorageError):
-            ledger.append_messages(conv.id, [Message(role="user", content="lost")])
-        # The broken connection was thrown away: the next append gets a new one.
-        ledger.append_messages(conv.id, [Message(role="user", content="after")])
-        assert [m.content for m in ledger.history(conv.id)] == ["before", "after"]
 
 
 @pytest.fixture
@@ -89,3 +72,73 @@ def test_a_connection_that_saw_an_error_is_not_reused(engine: Engine) -> None:
         connections.run(True, fail)
     assert seen[0] is not seen[1]
     connections.close()
+
+
+def end_session(url: str, pid: int) -> None:
+    """End the Postgres session `pid` and wait until it is gone."""
+    with psycopg.connect(_libpq(url), autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s, 10000)", [pid])
+
+
+def test_cut_off_sees_a_session_the_server_ended(postgres_url: str) -> None:
+    with psycopg.connect(_libpq(postgres_url), autocommit=True) as conn:
+        conn.execute("SELECT 1")
+        assert not cut_off(conn)
+        end_session(postgres_url, conn.info.backend_pid)
+        assert cut_off(conn)
+        conn.close()
+        assert cut_off(conn)
+
+
+def test_an_idle_connection_the_server_closed_is_not_handed_out(postgres_url: str) -> None:
+    engine = create_engine(postgres_url)
+    connections = DriverConnections(engine)
+    pids: list[int] = []
+
+    def remember(cursor: Any) -> int:
+        pids.append(cursor.connection.info.backend_pid)
+        cursor.execute("SELECT 1")
+        return int(cursor.fetchone()[0])
+
+    assert connections.run(False, remember) == (True, 1)
+    end_session(postgres_url, pids[0])
+    assert connections.run(True, remember) == (True, 1)
+    assert pids[0] != pids[1]
+    connections.close()
+    engine.dispose()
+
+
+def test_a_closed_connection_from_the_pool_of_a_callers_engine_is_replaced(
+    postgres_url: str,
+) -> None:
+    engine = sa.create_engine(normalize_url(postgres_url))  # without chatledger's checkout check
+    with engine.connect() as conn:
+        pooled = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
+    end_session(postgres_url, pooled)
+    connections = DriverConnections(engine)
+    ok, pid = connections.run(False, lambda cursor: cursor.connection.info.backend_pid)
+    assert ok and pid != pooled
+    connections.close()
+    engine.dispose()
+
+
+def test_a_connection_that_breaks_in_use_is_closed_quietly(
+    postgres_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Not through the pool's reset, whose rollback would fail and log a traceback.
+    caplog.set_level(logging.DEBUG, logger="sqlalchemy.pool")
+    engine = create_engine(postgres_url)
+    connections = DriverConnections(engine)
+    seen: list[Any] = []
+
+    def end_itself(cursor: Any) -> None:
+        seen.append(cursor.connection)
+        cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+
+    with pytest.raises(psycopg.OperationalError, match="terminating connection"):
+        connections.run(True, end_itself)
+    assert seen[0].closed
+    assert [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info] == []
+    assert connections.run(False, lambda c: 1) == (True, 1)
+    connections.close()
+    engine.dispose()
