@@ -577,9 +577,14 @@ def chatledger_audit(url: str, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def as_json(url: str, *args: str) -> Any:
-    result = chatledger_audit(url, *args, "--json")
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)
+    """The command's JSON; a page held back by another open transaction on the
+    server (`pending`, ADR 0005) is asked for again until it settles."""
+    while True:
+        result = chatledger_audit(url, *args, "--json")
+        assert result.returncode == 0, result.stderr
+        answer = json.loads(result.stdout)
+        if not (isinstance(answer, dict) and answer.get("pending")):
+            return answer
 
 
 @pytest.fixture
