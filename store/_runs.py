@@ -266,6 +266,15 @@ def own_run(conn: Connection, tenant: str, cursor: RunCursor) -> Run:
     branch is not the run's (forged, or of another run) names no run of this
     tenant, and is reported exactly like a missing run.
     """
+    check_cursor(cursor)
+    run = get_run(conn, tenant, cursor.run_id)
+    if (run.conversation_id, run.branch_id) != (cursor.conversation_id, cursor.branch_id):
+        raise NotFoundError("run", cursor.run_id, tenant)
+    return run
+
+
+def check_cursor(cursor: RunCursor) -> None:
+    """The cursor's fields are well-formed (no database read: see `own_run`)."""
     if not isinstance(cursor, RunCursor):
         raise InvalidInputError(
             f"A run cursor is the RunCursor that start_run, record or claim_stale_runs "
@@ -277,10 +286,6 @@ def own_run(conn: Connection, tenant: str, cursor: RunCursor) -> Run:
     check_int(cursor.position, "A run cursor's position", minimum=0, maximum=MAX_INT32)
     check_int(cursor.attempt, "A run cursor's attempt", minimum=1, maximum=MAX_INT32)
     check_text(cursor.owner, "lease owner")
-    run = get_run(conn, tenant, cursor.run_id)
-    if (run.conversation_id, run.branch_id) != (cursor.conversation_id, cursor.branch_id):
-        raise NotFoundError("run", cursor.run_id, tenant)
-    return run
 
 
 def _fence(
@@ -345,17 +350,20 @@ def record(
     The events go where the run row says the run writes (the fence matches
     the cursor against it), never merely where the cursor says.
     """
-    run = own_run(conn, tenant, cursor)
+    check_cursor(cursor)
     if idempotency_key is not None:
         check_text(idempotency_key, "idempotency key")
+        run = own_run(conn, tenant, cursor)
         replayed = _replayed_record(conn, run, cursor, idempotency_key, encoded)
         if replayed is not None:
             return replayed, _advanced(cursor, replayed[-1].position)
+    # The fence matched the cursor's conversation and branch against the run
+    # row, so from here on they are the row's: no read needed on this hot path.
     _fence(conn, tenant, cursor, len(encoded), counts or {})
     written = _log.insert_events(
         conn,
-        run.conversation_id,
-        run.branch_id,
+        cursor.conversation_id,
+        cursor.branch_id,
         cursor.position + 1,
         encoded,
         run_id=cursor.run_id,
@@ -535,12 +543,14 @@ def _appended_messages(conn: Connection, conv: Conversation, run: Run) -> list[E
 def renew_lease(conn: Connection, tenant: str, cursor: RunCursor, seconds: float) -> None:
     """Extend the lease, measured on the database's clock; `LeaseError` if lost."""
     check_seconds(seconds, "seconds")
-    own_run(conn, tenant, cursor)
+    check_cursor(cursor)
     result = conn.execute(
         runs.update()
         .where(
             runs.c.id == cursor.run_id,
             runs.c.tenant == tenant,
+            runs.c.conversation_id == cursor.conversation_id,
+            runs.c.branch_id == cursor.branch_id,
             runs.c.lease_owner == cursor.owner,
             runs.c.attempt == cursor.attempt,
             runs.c.status == "running",
@@ -549,7 +559,7 @@ def renew_lease(conn: Connection, tenant: str, cursor: RunCursor, seconds: float
         .values(lease_expires_at=db_now_plus(conn, seconds))
     )
     if result.rowcount != 1:
-        run = get_run(conn, tenant, cursor.run_id)
+        run = own_run(conn, tenant, cursor)
         raise LeaseError(
             run_id=run.id,
             owner=cursor.owner,
