@@ -45,15 +45,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import machine, write_section
 from bench.bench_store import MESSAGES, Cycle, Ours, RawSqlite
-from store import _chain, _fastpath
-from store._dialect import sqlite_clock, sqlite_time
+from store._sql import append as _append
+from store._sql import chain as _chain
+from store._sql.dialect import sqlite_clock, sqlite_time
 from store.ids import new_id
 from store.messages import dump_message
 
 RESULTS = str(Path(__file__).resolve().parent / "RESULTS.md")
 BATCH = 10
-INSERT = _fastpath._sqlite_values(_fastpath._SQLITE_INSERT, _fastpath._SQLITE_ROW, BATCH)
-VIEW = _fastpath._sqlite_values(_fastpath._SQLITE_VIEW, "(?, ?, ?)", BATCH)
+INSERT = _append._sqlite_values(_append._SQLITE_INSERT, _append._SQLITE_ROW, BATCH)
+VIEW = _append._sqlite_values(_append._SQLITE_VIEW, "(?, ?, ?)", BATCH)
 
 
 def chatledger_file(path: str) -> tuple[sqlite3.Connection, str]:
@@ -84,7 +85,7 @@ def by_hand(conn: sqlite3.Connection, conversation: str, least_work: bool) -> Ca
         payloads = [dump_message(MESSAGES[i]) if least_work else texts[i] for i in picked]
         cur = conn.cursor()
         cur.execute("BEGIN IMMEDIATE")
-        cur.execute(_fastpath._SQLITE_HEAD, (conversation, "bench"))
+        cur.execute(_append._SQLITE_HEAD, (conversation, "bench"))
         branch, start, _, previous = cur.fetchone()
         recorded_at = sqlite_time(sqlite_clock())
         params: list[object] = []
@@ -102,7 +103,7 @@ def by_hand(conn: sqlite3.Connection, conversation: str, least_work: bool) -> Ca
         if view:
             rows = [v for i in range(BATCH) for v in (conversation, start + i + 1, first + i)]
             cur.execute(VIEW, rows)
-        cur.execute(_fastpath._SQLITE_MOVE, (start + BATCH, previous, conversation))
+        cur.execute(_append._SQLITE_MOVE, (start + BATCH, previous, conversation))
         cur.execute("COMMIT")
         cur.close()
 
@@ -188,7 +189,7 @@ def main() -> int:
                 os.path.join(tmp, "raw.db"), raw.conn, contenders["raw sqlite3 executemany"], 200
             )
         }
-        # chatledger's append issues exactly these statements (store/_fastpath.py).
+        # chatledger's append issues exactly these statements (store/_sql/append.py).
         frames["chatledger's statements"] = wal_frames(
             *files["statements only"], contenders["statements only"], 200
         )

@@ -1,11 +1,61 @@
-"""chatledger's engine: the agent run loop over the event log."""
+"""chatledger's engine: the agent run loop over the event log.
 
-from engine._errors import Partial, RunError
-from engine.agent import Agent, Hit, Result, RunContext, Source
-from engine.audit import RequestCheck, check_request, rebuild_request, rebuild_request_async
-from engine.providers import Model, ModelError, ModelRequest, ModelResponse, ToolSpec
-from engine.tools import Canceled, Tool, ToolFailed, ToolResult, tool
+Every name is imported on first use (PEP 562), so `chatledger --version` and
+other light entry points do not pay for the providers, httpx or the store's
+database layer.
+"""
+
+import importlib
+import typing
+
 from store import __version__
+
+if typing.TYPE_CHECKING:
+    from engine._errors import Partial, RunError
+    from engine._values import Hit, Result, RunContext, Source
+    from engine.agent import Agent
+    from engine.audit import RequestCheck, check_request, rebuild_request, rebuild_request_async
+    from engine.providers import Model, ModelError, ModelRequest, ModelResponse, ToolSpec
+    from engine.tools import Canceled, Tool, ToolFailed, ToolResult, tool
+
+# Each public name, and the module it comes from.
+_LAZY = {
+    "Agent": "engine.agent",
+    "Canceled": "engine.tools",
+    "Hit": "engine._values",
+    "Model": "engine.providers",
+    "ModelError": "engine.providers",
+    "ModelRequest": "engine.providers",
+    "ModelResponse": "engine.providers",
+    "Partial": "engine._errors",
+    "RequestCheck": "engine.audit",
+    "Result": "engine._values",
+    "RunContext": "engine._values",
+    "RunError": "engine._errors",
+    "Source": "engine._values",
+    "Tool": "engine.tools",
+    "ToolFailed": "engine.tools",
+    "ToolResult": "engine.tools",
+    "ToolSpec": "engine.providers",
+    "check_request": "engine.audit",
+    "rebuild_request": "engine.audit",
+    "rebuild_request_async": "engine.audit",
+    "tool": "engine.tools",
+}
+
+
+def __getattr__(name: str) -> typing.Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'engine' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # once loaded, a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "Agent",

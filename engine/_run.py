@@ -24,7 +24,8 @@ from typing import Any
 
 from engine._errors import Partial, RunError
 from engine._ledger import LedgerCalls
-from engine.agent import Agent, Hit, Result, RunContext, Source
+from engine._values import Hit, Result, RunContext, Source
+from engine.agent import Agent
 from engine.providers import DeltaCallback, ModelError, ModelRequest
 from engine.tools import Canceled, Outcome
 from store import (

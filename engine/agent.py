@@ -17,66 +17,14 @@ import asyncio
 import hashlib
 import inspect
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
+from engine._values import Hit, Result, RunContext, Source
 from engine.providers import DeltaCallback, Model
 from engine.tools import Tool
-from store import HistoryProcessor, Message, Usage
+from store import HistoryProcessor, Message
 
 __all__ = ["Agent", "Hit", "Result", "RunContext", "Source"]
-
-
-@dataclass(frozen=True)
-class RunContext:
-    """What dynamic instructions and hooks may know about the run."""
-
-    run_id: str
-    conversation_id: str
-    prompt: str
-
-
-@dataclass(frozen=True)
-class Hit:
-    """A retrieval hit: evidence a retrieval hook found for the current prompt."""
-
-    id: str
-    text: str
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Source:
-    """Evidence a result rests on: a tool result or a retrieval hit of this run.
-
-    Content that came in as history is never a source.
-    """
-
-    kind: Literal["tool", "retrieval"]
-    ref: str
-    name: str | None = None
-    failed: bool = False
-
-
-@dataclass(frozen=True)
-class Result:
-    """A completed run.
-
-    Attributes:
-        messages: the whole conversation after the run, repaired.
-        new_messages: what the run added (prompt, model turns, tool results).
-        output: the final assistant text.
-    """
-
-    run_id: str
-    conversation_id: str
-    messages: list[Message]
-    new_messages: list[Message]
-    output: str
-    usage: Usage
-    sources: list[Source]
-    request_count: int
-    tool_count: int
 
 
 Instructions = Callable[[RunContext], str | Awaitable[str]]

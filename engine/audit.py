@@ -22,7 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from engine._run import _context_block
-from engine.agent import Agent, Hit
+from engine._values import Hit
+from engine.agent import Agent
 from engine.providers import ModelRequest, PreparedRequest
 from store import AsyncLedger, InvalidInputError, Ledger, RecordedRequest
 

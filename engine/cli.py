@@ -123,9 +123,7 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("resume", parents=[common, output], help="resume crashed runs with a worker")
     p.add_argument("--agent", required=True, help="the agent, as module:attribute")
     p.add_argument("--once", action="store_true", help="one pass, then exit")
-    p.add_argument(
-        "--concurrency", type=_count(1, 256), default=1, help="workers in this process"
-    )
+    p.add_argument("--concurrency", type=_count(1, 256), default=1, help="workers in this process")
     p.add_argument("--lease-seconds", type=float, default=30.0)
     p.add_argument("--max-attempts", type=_count(1, 1000), default=3)
     p.set_defaults(handler=_resume)

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from engine._errors import RunError
-from engine.agent import Agent, Result
+from engine._values import Result
+from engine.agent import Agent
 from store import LeaseError, Ledger, ResumeConflictError, Run, RunCursor, Store
 
 __all__ = ["ResumeOutcome", "ResumeWorker", "uncertain_tool_calls"]

@@ -13,7 +13,7 @@ from typing import Any
 from alembic import context
 from sqlalchemy.engine import Connection
 
-from store._dialect import create_engine, normalize_url
+from store._sql.dialect import create_engine, normalize_url
 from store.schema import metadata
 
 VERSION_TABLE = "chatledger_alembic_version"

@@ -1,6 +1,16 @@
-"""chatledger's persistence half: the message contract, history algorithms and the event log."""
+"""chatledger's persistence half: the message contract, history algorithms and the event log.
 
-from store._audit_ops import AsyncAudit, Audit
+The contract and the pure algorithms (`store.messages`, `store.history`, the
+values and errors) import at once and load no database code. The event-log
+faces (`Store`, `Ledger`, their async twins, `Audit`, `Page`,
+`Verification`) load SQLAlchemy, psycopg and Alembic, so they are imported on
+first use (PEP 562): `from store import Store` works as ever, and
+`import store.messages` stays cheap.
+"""
+
+import importlib
+import typing
+
 from store._errors import (
     ChatledgerError,
     ConflictError,
@@ -13,25 +23,20 @@ from store._errors import (
     SchemaError,
     StorageError,
 )
-from store._pages import Page
-from store._store import AsyncLedger, AsyncStore, Ledger, Store
 from store._values import (
     Appended,
     Branch,
     Conversation,
     Event,
     ForkPoint,
-    NewEvent,
-    Position,
-    Run,
-    RunCursor,
-)
-from store._verify import Recompute, Verification
-from store.audit import (
     Lineage,
     LineageBranch,
     LineageResume,
+    NewEvent,
+    Position,
     RecordedRequest,
+    Run,
+    RunCursor,
     TimelineEntry,
     ToolExecution,
 )
@@ -59,6 +64,40 @@ from store.messages import (
     UrlPart,
     Usage,
 )
+
+if typing.TYPE_CHECKING:
+    from store._async import AsyncLedger, AsyncStore
+    from store._audit import AsyncAudit, Audit
+    from store._sql.pages import Page
+    from store._sql.verify import Recompute, Verification
+    from store._store import Ledger, Store
+
+# The names that need the database layer, and the module each comes from.
+_LAZY = {
+    "AsyncAudit": "store._audit",
+    "AsyncLedger": "store._async",
+    "AsyncStore": "store._async",
+    "Audit": "store._audit",
+    "Ledger": "store._store",
+    "Page": "store._sql.pages",
+    "Recompute": "store._sql.verify",
+    "Store": "store._store",
+    "Verification": "store._sql.verify",
+}
+
+
+def __getattr__(name: str) -> typing.Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'store' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # once loaded, a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __version__ = "0.1.0"
 

@@ -126,8 +126,7 @@ def check_seconds(value: object, what: str) -> float:
         or not -year <= value <= year
     ):
         raise InvalidInputError(
-            f"{what} must be a finite number of seconds from -{year:,} to {year:,}, not "
-            f"{value!r}."
+            f"{what} must be a finite number of seconds from -{year:,} to {year:,}, not {value!r}."
         )
     return float(value)
 

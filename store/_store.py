@@ -1,382 +1,52 @@
-"""`Store` and `AsyncStore`: connections, transactions, and the tenant handles.
+"""`Store` and `Ledger`: the synchronous face.
 
-Every operation is a function of `store._log` / `store._runs` over one open
-transaction. The sync store runs it on a connection; the async store runs the
-very same function through SQLAlchemy's `run_sync`, so there is one
-implementation of every rule.
+Every operation is an `Op` built by `store._ops.Operations`, run here in its
+own transaction on a connection; `store._async` runs the same `Op`s as
+coroutines.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, get_args
+from typing import Any, TypeVar
 
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.ext.asyncio import AsyncEngine
-from sqlalchemy.ext.asyncio import create_async_engine as sa_create_async_engine
 
-from store import _fastpath, _log, _migrate, _repair, _runs, _verify, projector
+from store._audit import Audit
 from store._cache import MessageCache
-from store._checks import check_choice, check_id
-from store._dialect import (
+from store._errors import SchemaError
+from store._ops import Operations, ended
+from store._sql import migrate as _migrate
+from store._sql import projector
+from store._sql import runs as _runs
+from store._sql import verify as _verify
+from store._sql.dialect import (
     WRITE,
     DriverConnections,
     Durability,
     create_engine,
     install_sqlite_hooks,
     is_sqlite,
-    normalize_url,
-    on_cursor,
 )
-from store._errors import ConflictError, InvalidInputError, SchemaError
-from store._translate import translating
+from store._sql.ops import Op, in_transaction, run_fast
+from store._sql.translate import translating
+from store._sql.verify import Recompute, Verification
 from store._values import (
     Appended,
     Conversation,
     Event,
     NewEvent,
-    Origin,
     Position,
     Run,
     RunCursor,
     RunStatus,
 )
-from store._verify import Recompute, Verification
-from store.messages import Message, Usage, load_message, load_messages
+from store.messages import Message, Usage
 
-if TYPE_CHECKING:
-    from store._audit_ops import AsyncAudit, Audit
-
-__all__ = ["AsyncLedger", "AsyncStore", "Ledger", "Store"]
+__all__ = ["Ledger", "Store"]
 
 T = TypeVar("T")
-_ORIGINS: frozenset[str] = frozenset(get_args(Origin))
-
-
-@dataclass(frozen=True)
-class Op(Generic[T]):
-    """One store operation: a function over a transaction, and what it does."""
-
-    action: str
-    write: bool
-    fn: Callable[[Connection], T]
-    postgres: Callable[[Any], T | None] | None = None
-    """Postgres: an attempt as one self-contained statement on an autocommit
-    DB-API cursor, tried first; None from it means nothing was written and
-    `fn` runs as usual."""
-    sqlite: Callable[[Any], T | None] | None = None
-    """SQLite: an attempt in plain SQL on a DB-API cursor, inside the
-    operation's transaction, tried first; None means nothing was written and
-    `fn` runs as usual, in the same transaction."""
-
-
-def _head_messages(
-    rows: list[tuple[int, str]] | None, repaired: bool, cache: MessageCache
-) -> list[Message] | None:
-    """The head history from its (seq, payload) rows (None: empty or missing; `_history` decides)."""
-    if rows is None:
-        return None
-    messages = cache.load(rows)
-    return _repair.repaired(messages) if repaired else messages
-
-
-def _history(
-    conn: Connection,
-    tenant: str,
-    conversation_id: str,
-    at: int | Position | datetime | None,
-    repaired: bool,
-    cache: MessageCache,
-) -> list[Message]:
-    conv = _log.get_conversation(conn, tenant, conversation_id)
-    if at is None:
-        messages = load_messages(projector.view_payloads(conn, conv.id))
-    else:
-        if isinstance(at, datetime):
-            point = projector.head_at(conn, conv.id, at)
-            if point is None:
-                return []
-        else:
-            point = _log.resolve_position(conn, conv, at)
-        messages = cache.load(projector.message_rows(conn, projector.lineage(conn, point)))
-    return _repair.repaired(messages) if repaired else messages
-
-
-class _Ops:
-    """Builds the tenant-scoped operations that `Ledger` and `AsyncLedger` run."""
-
-    def __init__(self, tenant: str, cache: MessageCache) -> None:
-        self.tenant = _log.check_text(tenant, "tenant")
-        self.cache = cache
-
-    def create_conversation(
-        self, metadata: dict[str, Any] | None, conversation_id: str | None
-    ) -> Op[Conversation]:
-        return Op(
-            "creating a conversation",
-            True,
-            lambda c: _log.create_conversation(
-                c, self.tenant, metadata, conversation_id=conversation_id
-            ),
-        )
-
-    def conversation(self, conversation_id: str) -> Op[Conversation]:
-        return Op(
-            f"reading conversation '{conversation_id}'",
-            False,
-            lambda c: _log.get_conversation(c, self.tenant, conversation_id),
-        )
-
-    def conversations(self, limit: int, before: str | None) -> Op[list[Conversation]]:
-        return Op(
-            "listing conversations",
-            False,
-            lambda c: _log.list_conversations(c, self.tenant, limit=limit, before=before),
-        )
-
-    def append_messages(
-        self,
-        conversation_id: str,
-        messages: Sequence[Message],
-        expected: int | None,
-        run_id: str | None,
-        idempotency_key: str | None,
-        origin: str,
-    ) -> Op[Appended]:
-        if isinstance(messages, Message | dict | str | bytes) or not isinstance(
-            messages, Sequence
-        ):
-            raise InvalidInputError(
-                f"append_messages takes a list of messages, not {type(messages).__name__}."
-            )
-        check_choice(origin, "origin", _ORIGINS)
-        # Every option is checked here, before either path: the fast paths
-        # write without passing through `_log.append_messages`.
-        check_id(conversation_id, "conversation")
-        _log.check_append_options(expected, run_id, idempotency_key)
-        encoded = _log.encode_events(
-            [NewEvent.of_message(_as_message(m), origin=origin) for m in messages]  # type: ignore[arg-type]
-        )
-        tenant = self.tenant
-
-        def in_place(append: _fastpath.Append) -> Callable[[Any], Appended | None] | None:
-            if not encoded:
-                return None
-            return lambda handle: _log.appended_in_place(
-                conversation_id,
-                append(
-                    handle,
-                    tenant,
-                    conversation_id,
-                    encoded,
-                    expected=expected,
-                    run_id=run_id,
-                    idempotency_key=idempotency_key,
-                ),
-                encoded,
-                run_id,
-                idempotency_key,
-            )
-
-        return Op(
-            f"appending to conversation '{conversation_id}'",
-            True,
-            postgres=in_place(_fastpath.append_postgres),
-            sqlite=in_place(_fastpath.append_sqlite),
-            fn=lambda c: _log.append_messages(
-                c,
-                self.tenant,
-                conversation_id,
-                encoded,
-                expected=expected,
-                run_id=run_id,
-                idempotency_key=idempotency_key,
-            ),
-        )
-
-    def history(
-        self, conversation_id: str, at: int | Position | datetime | None, repaired: bool
-    ) -> Op[list[Message]]:
-        read = Op(
-            f"reading the history of conversation '{conversation_id}'",
-            False,
-            lambda c: _history(c, self.tenant, conversation_id, at, repaired, self.cache),
-        )
-        if at is not None:
-            return read
-        _log._check_id(conversation_id, "conversation")
-        tenant, cache = self.tenant, self.cache
-        return replace(
-            read,
-            postgres=lambda c: _head_messages(
-                _fastpath.head_payloads_postgres(c, tenant, conversation_id), repaired, cache
-            ),
-            sqlite=lambda cursor: _head_messages(
-                _fastpath.head_payloads_sqlite(cursor, tenant, conversation_id), repaired, cache
-            ),
-        )
-
-    def fork(
-        self, conversation_id: str, at: int | Position | None, metadata: dict[str, Any] | None
-    ) -> Op[Conversation]:
-        return Op(
-            f"forking conversation '{conversation_id}'",
-            True,
-            lambda c: _log.fork(c, self.tenant, conversation_id, at, metadata),
-        )
-
-    def move_head(
-        self, conversation_id: str, to: int | Position, expected: Position | None
-    ) -> Op[Conversation]:
-        return Op(
-            f"moving the head of conversation '{conversation_id}'",
-            True,
-            lambda c: _log.move_head(c, self.tenant, conversation_id, to, expected=expected),
-        )
-
-    def events(
-        self,
-        conversation_id: str | None,
-        run_id: str | None,
-        after_seq: int | None,
-        limit: int | None,
-    ) -> Op[list[Event]]:
-        return Op(
-            "reading events",
-            False,
-            lambda c: _log.list_events(
-                c,
-                self.tenant,
-                conversation_id=conversation_id,
-                run_id=run_id,
-                after_seq=after_seq,
-                limit=limit,
-            ),
-        )
-
-    def start_run(
-        self, conversation_id: str, events: Sequence[NewEvent], **options: Any
-    ) -> Op[RunCursor]:
-        initial = _log.encode_events(events)
-        return Op(
-            f"starting a run on conversation '{conversation_id}'",
-            True,
-            lambda c: _runs.start_run(c, self.tenant, conversation_id, initial=initial, **options),
-        )
-
-    def record(
-        self, cursor: RunCursor, new_events: Sequence[NewEvent], idempotency_key: str | None
-    ) -> Op[tuple[list[Event], RunCursor]]:
-        encoded = _log.encode_events(new_events)
-        return Op(
-            f"recording events of run '{cursor.run_id}'",
-            True,
-            lambda c: _runs.record(
-                c, self.tenant, cursor, encoded, idempotency_key=idempotency_key
-            ),
-        )
-
-    def end_run(
-        self, cursor: RunCursor, status: RunStatus, **options: Any
-    ) -> Op[tuple[Conversation | None, ConflictError | None]]:
-        return Op(
-            f"ending run '{cursor.run_id}'",
-            True,
-            lambda c: _runs.end_run(c, self.tenant, cursor, status, **options),
-        )
-
-    def renew_lease(self, cursor: RunCursor, seconds: float) -> Op[None]:
-        return Op(
-            f"renewing the lease of run '{cursor.run_id}'",
-            True,
-            lambda c: _runs.renew_lease(c, self.tenant, cursor, seconds),
-        )
-
-    def run(self, run_id: str) -> Op[Run]:
-        return Op(f"reading run '{run_id}'", False, lambda c: _runs.get_run(c, self.tenant, run_id))
-
-    def runs(
-        self,
-        conversation_id: str | None,
-        status: RunStatus | None,
-        attention: bool | None,
-        limit: int,
-    ) -> Op[list[Run]]:
-        return Op(
-            "listing runs",
-            False,
-            lambda c: _runs.list_runs(
-                c,
-                self.tenant,
-                conversation_id=conversation_id,
-                status=status,
-                attention=attention,
-                limit=limit,
-            ),
-        )
-
-    def verify(
-        self, conversation_ids: list[str] | None, recompute: Recompute
-    ) -> Op[list[Verification]]:
-        for conversation_id in conversation_ids or ():
-            _log._check_id(conversation_id, "conversation")
-        return Op(
-            "verifying hash chains",
-            False,
-            lambda c: _verify.verify_many(c, self.tenant, conversation_ids, recompute=recompute),
-        )
-
-    def claim_stale_runs(
-        self, owner: str, limit: int, lease_seconds: float, max_attempts: int
-    ) -> Op[list[tuple[Run, RunCursor]]]:
-        return Op(
-            "claiming stale runs",
-            True,
-            lambda c: _runs.claim_stale_runs(
-                c,
-                self.tenant,
-                owner=owner,
-                limit=limit,
-                lease_seconds=lease_seconds,
-                max_attempts=max_attempts,
-            ),
-        )
-
-
-def _as_message(value: Message | dict[str, Any]) -> Message:
-    return value if isinstance(value, Message) else load_message(value)
-
-
-def _ended(result: tuple[Conversation | None, ConflictError | None]) -> Conversation | None:
-    conversation, conflict = result
-    if conflict is not None:
-        raise conflict
-    return conversation
-
-
-# -- sync ---------------------------------------------------------------------------
-
-
-def _run_fast(conn: Connection, fast: Callable[[Any], T | None], /) -> T | None:
-    """Try an operation's one-statement form in autocommit mode (one round trip)."""
-    default = conn.default_isolation_level
-    conn.execution_options(isolation_level="AUTOCOMMIT")
-    try:
-        return on_cursor(conn, fast)
-    finally:
-        conn.rollback()  # ends SQLAlchemy's logical transaction; the statement committed itself
-        conn.execution_options(isolation_level=default)
-
-
-def _in_transaction(conn: Connection, op: Op[T], tried: bool = False) -> T:
-    """`op` inside the transaction on `conn`; its SQLite form first, unless `tried`."""
-    if op.sqlite is not None and not tried and is_sqlite(conn):
-        done = on_cursor(conn, op.sqlite)
-        if done is not None:
-            return done
-    return op.fn(conn)
 
 
 class Store:
@@ -531,13 +201,13 @@ class Store:
                 return done
         with translating(op.action), self.engine.connect() as conn:
             if op.postgres is not None and not tried and not self._sqlite:
-                done = _run_fast(conn, op.postgres)
+                done = run_fast(conn, op.postgres)
                 if done is not None:
                     return done
             if op.write:
                 conn.execution_options(**{WRITE: True})
             with conn.begin():
-                return _in_transaction(conn, op, tried=tried)
+                return in_transaction(conn, op, tried=tried)
 
 
 class Ledger:
@@ -545,7 +215,7 @@ class Ledger:
 
     def __init__(self, store: Store, tenant: str) -> None:
         self._store = store
-        self._ops = _Ops(tenant, store.message_cache)
+        self._ops = Operations(tenant, store.message_cache)
 
     @property
     def tenant(self) -> str:
@@ -555,7 +225,6 @@ class Ledger:
     @property
     def audit(self) -> Audit:
         """Audit queries over this tenant's log: timelines, model requests, tools, lineage."""
-        from store._audit_ops import Audit  # imported here: it builds on this module's Op
 
         return Audit(self._store, self._ops.tenant)
 
@@ -690,7 +359,7 @@ class Ledger:
         Raises `ConflictError` (after recording the run as failed at stage
         `conflict`) when the head moved while the run ran.
         """
-        result = _ended(
+        result = ended(
             self._store.execute(
                 self._ops.end_run(
                     cursor,
@@ -776,306 +445,5 @@ class Ledger:
     ) -> list[tuple[Run, RunCursor]]:
         """Claim runs whose lease expired (each claim a new attempt)."""
         return self._store.execute(
-            self._ops.claim_stale_runs(owner, limit, lease_seconds, max_attempts)
-        )
-
-
-# -- async --------------------------------------------------------------------------
-
-
-class AsyncStore:
-    """The async face of `Store`: the same operations, as coroutines."""
-
-    def __init__(
-        self, engine: AsyncEngine, *, owns_engine: bool, message_cache: int = 10_000
-    ) -> None:
-        self.engine = engine
-        self._owns_engine = owns_engine
-        self.message_cache = MessageCache(message_cache)
-
-    @classmethod
-    def open(
-        cls,
-        url: str | None = None,
-        *,
-        engine: AsyncEngine | None = None,
-        durability: Durability = "full",
-        busy_timeout: float = 30.0,
-        message_cache: int = 10_000,
-    ) -> AsyncStore:
-        """Open a store; the arguments are those of `Store.open`."""
-        if engine is None:
-            url = normalize_url(url)
-            if url.startswith("sqlite:"):
-                url = "sqlite+aiosqlite:" + url.split(":", 1)[1]
-            kwargs: dict[str, Any] = (
-                {"connect_args": {"timeout": busy_timeout}}
-                if url.startswith("sqlite")
-                else {"pool_recycle": 1800}
-            )
-            engine = sa_create_async_engine(url, **kwargs)
-            owns = True
-        else:
-            owns = False
-        if engine.dialect.name == "sqlite":
-            install_sqlite_hooks(
-                engine.sync_engine, durability=durability, busy_timeout=busy_timeout
-            )
-        return cls(engine, owns_engine=owns, message_cache=message_cache)
-
-    async def __aenter__(self) -> AsyncStore:
-        return self
-
-    async def __aexit__(self, *_exc: object) -> None:
-        await self.close()
-
-    async def close(self) -> None:
-        """Release the connection pool (of an engine this store created)."""
-        if self._owns_engine:
-            await self.engine.dispose()
-
-    async def migrate(self) -> None:
-        """Upgrade the schema to this package's head revision."""
-        await self.execute(Op("migrating the schema", True, _migrate.upgrade))
-
-    def tenant(self, tenant: str) -> AsyncLedger:
-        """A handle whose every operation is scoped to `tenant`."""
-        return AsyncLedger(self, tenant)
-
-    async def rebuild(self) -> int:
-        """Recompute every materialized view from the events."""
-        return await self.execute(Op("rebuilding views", True, projector.rebuild_views))
-
-    async def execute(self, op: Op[T]) -> T:
-        """Run one operation in its own transaction, through `run_sync`."""
-        with translating(op.action):
-            async with self.engine.connect() as conn:
-                fast = op.postgres
-                if fast is not None and self.engine.dialect.name != "sqlite":
-                    done = await conn.run_sync(lambda c: _run_fast(c, fast))
-                    if done is not None:
-                        return done
-                if op.write:
-                    await conn.execution_options(**{WRITE: True})
-                async with conn.begin():
-                    return await conn.run_sync(lambda c: _in_transaction(c, op))
-
-
-class AsyncLedger:
-    """The async face of `Ledger`."""
-
-    def __init__(self, store: AsyncStore, tenant: str) -> None:
-        self._store = store
-        self._ops = _Ops(tenant, store.message_cache)
-
-    @property
-    def tenant(self) -> str:
-        """The tenant every operation is scoped to."""
-        return self._ops.tenant
-
-    @property
-    def audit(self) -> AsyncAudit:
-        """See `Ledger.audit`."""
-        from store._audit_ops import AsyncAudit  # imported here: it builds on this module's Op
-
-        return AsyncAudit(self._store, self._ops.tenant)
-
-    async def create_conversation(
-        self, metadata: dict[str, Any] | None = None, *, conversation_id: str | None = None
-    ) -> Conversation:
-        """See `Ledger.create_conversation`."""
-        return await self._store.execute(self._ops.create_conversation(metadata, conversation_id))
-
-    async def conversation(self, conversation_id: str) -> Conversation:
-        """See `Ledger.conversation`."""
-        return await self._store.execute(self._ops.conversation(conversation_id))
-
-    async def conversations(self, limit: int = 50, before: str | None = None) -> list[Conversation]:
-        """See `Ledger.conversations`."""
-        return await self._store.execute(self._ops.conversations(limit, before))
-
-    async def append_messages(
-        self,
-        conversation_id: str,
-        messages: Sequence[Message],
-        *,
-        expected: int | None = None,
-        run_id: str | None = None,
-        idempotency_key: str | None = None,
-        origin: str = "client",
-    ) -> Appended:
-        """See `Ledger.append_messages`."""
-        return await self._store.execute(
-            self._ops.append_messages(
-                conversation_id, messages, expected, run_id, idempotency_key, origin
-            )
-        )
-
-    async def history(
-        self,
-        conversation_id: str,
-        *,
-        at: int | Position | datetime | None = None,
-        repaired: bool = True,
-    ) -> list[Message]:
-        """See `Ledger.history`."""
-        return await self._store.execute(self._ops.history(conversation_id, at, repaired))
-
-    async def fork(
-        self,
-        conversation_id: str,
-        *,
-        at: int | Position | None = None,
-        metadata: dict[str, Any] | None = None,
-    ) -> Conversation:
-        """See `Ledger.fork`."""
-        return await self._store.execute(self._ops.fork(conversation_id, at, metadata))
-
-    async def move_head(
-        self, conversation_id: str, to: int | Position, *, expected: Position | None = None
-    ) -> Conversation:
-        """See `Ledger.move_head`."""
-        return await self._store.execute(self._ops.move_head(conversation_id, to, expected))
-
-    async def events(
-        self,
-        *,
-        conversation_id: str | None = None,
-        run_id: str | None = None,
-        after_seq: int | None = None,
-        limit: int | None = None,
-    ) -> list[Event]:
-        """See `Ledger.events`."""
-        return await self._store.execute(
-            self._ops.events(conversation_id, run_id, after_seq, limit)
-        )
-
-    async def start_run(
-        self,
-        conversation_id: str,
-        *,
-        owner: str,
-        run_id: str | None = None,
-        base: int | Position | None = None,
-        resumes: str | None = None,
-        model: str | None = None,
-        instructions_digest: str | None = None,
-        lease_seconds: float = 60.0,
-        events: Sequence[NewEvent] = (),
-    ) -> RunCursor:
-        """See `Ledger.start_run`."""
-        return await self._store.execute(
-            self._ops.start_run(
-                conversation_id,
-                events,
-                run_id=run_id,
-                base=base,
-                resumes=resumes,
-                model=model,
-                instructions_digest=instructions_digest,
-                owner=owner,
-                lease_seconds=lease_seconds,
-            )
-        )
-
-    async def record(
-        self,
-        cursor: RunCursor,
-        events: Sequence[NewEvent],
-        *,
-        idempotency_key: str | None = None,
-    ) -> tuple[list[Event], RunCursor]:
-        """See `Ledger.record`."""
-        return await self._store.execute(self._ops.record(cursor, events, idempotency_key))
-
-    async def complete_run(
-        self,
-        cursor: RunCursor,
-        *,
-        usage: Usage | None = None,
-        request_count: int | None = None,
-        tool_count: int | None = None,
-    ) -> Conversation:
-        """See `Ledger.complete_run`."""
-        result = _ended(
-            await self._store.execute(
-                self._ops.end_run(
-                    cursor,
-                    "completed",
-                    usage=usage,
-                    request_count=request_count,
-                    tool_count=tool_count,
-                )
-            )
-        )
-        assert result is not None
-        return result
-
-    async def fail_run(
-        self,
-        cursor: RunCursor,
-        *,
-        stage: str,
-        error: str,
-        usage: Usage | None = None,
-        request_count: int | None = None,
-        tool_count: int | None = None,
-        canceled: bool = False,
-        attention: str | None = None,
-    ) -> None:
-        """See `Ledger.fail_run`."""
-        await self._store.execute(
-            self._ops.end_run(
-                cursor,
-                "canceled" if canceled else "failed",
-                stage=stage,
-                error=error,
-                usage=usage,
-                request_count=request_count,
-                tool_count=tool_count,
-                attention=attention,
-            )
-        )
-
-    async def verify(self, conversation_id: str, *, recompute: Recompute = "auto") -> Verification:
-        """See `Ledger.verify`."""
-        results = await self._store.execute(self._ops.verify([conversation_id], recompute))
-        if not results:
-            await self.conversation(conversation_id)  # raises NotFoundError
-        return results[0]
-
-    async def verify_all(self, *, recompute: Recompute = "auto") -> list[Verification]:
-        """See `Ledger.verify_all`."""
-        return await self._store.execute(self._ops.verify(None, recompute))
-
-    async def renew_lease(self, cursor: RunCursor, seconds: float = 60.0) -> None:
-        """See `Ledger.renew_lease`."""
-        await self._store.execute(self._ops.renew_lease(cursor, seconds))
-
-    async def run(self, run_id: str) -> Run:
-        """See `Ledger.run`."""
-        return await self._store.execute(self._ops.run(run_id))
-
-    async def runs(
-        self,
-        *,
-        conversation_id: str | None = None,
-        status: RunStatus | None = None,
-        attention: bool | None = None,
-        limit: int = 100,
-    ) -> list[Run]:
-        """See `Ledger.runs`."""
-        return await self._store.execute(self._ops.runs(conversation_id, status, attention, limit))
-
-    async def claim_stale_runs(
-        self,
-        *,
-        owner: str,
-        limit: int = 10,
-        lease_seconds: float = 60.0,
-        max_attempts: int = 5,
-    ) -> list[tuple[Run, RunCursor]]:
-        """See `Ledger.claim_stale_runs`."""
-        return await self._store.execute(
             self._ops.claim_stale_runs(owner, limit, lease_seconds, max_attempts)
         )

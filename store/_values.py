@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from store.history import HistoryRepair
 from store.messages import Message, Usage, load_message
 
 __all__ = [
@@ -194,3 +195,123 @@ class RunCursor:
     position: int
     owner: str
     attempt: int
+
+
+# -- audit values (store._sql.audit answers with these) ------------------------------
+
+Stage = Literal["conversation", "run", "model", "tool", "message", "other"]
+ToolStatus = Literal["finished", "failed", "running", "uncertain"]
+
+
+@dataclass(frozen=True)
+class TimelineEntry:
+    """One event of a run's timeline.
+
+    Attributes:
+        stage: what part of the run the event belongs to, from its kind.
+        elapsed: time since the run's `run.started` event (zero for the
+            `branch.created` recorded just before it, in the same transaction).
+    """
+
+    event: Event
+    stage: Stage
+    elapsed: timedelta
+
+
+@dataclass(frozen=True)
+class ToolExecution:
+    """One tool call a run started, and how it ended.
+
+    `status` is `finished` or `failed` (the run recorded `tool.finished`),
+    `running` (no result yet, and the run still holds a live lease), or
+    `uncertain`: the call started but never finished and its run ended or its
+    worker died, so whether its side effects happened is unknown.
+    """
+
+    call_id: str | None
+    name: str
+    run_id: str | None
+    conversation_id: str
+    branch_id: str
+    started_seq: int
+    started_at: datetime
+    finished_at: datetime | None
+    status: ToolStatus
+
+    @property
+    def uncertain(self) -> bool:
+        """Started, never finished, and nobody is working on it any more."""
+        return self.status == "uncertain"
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """Model request `request` of a run, rebuilt from the log, provider-neutral.
+
+    `messages` are what the engine sent: the system message (the run's
+    instructions, then `context`), the repaired history at the run's base
+    (through its history processor, when given), then the run's own turns
+    recorded before the request, without run and conversation stamps. An
+    adapter's `prepare()` turns them into the wire body whose sha256 the run
+    recorded as `digest` (see `engine.audit`).
+
+    Attributes:
+        repair: what repair changed in the history (synthesized results of
+            unanswered calls, dropped orphan results): the model saw the
+            synthesized results, which no tool produced.
+    """
+
+    run_id: str
+    conversation_id: str
+    request: int
+    digest: str
+    model: str | None
+    recorded_at: datetime
+    messages: list[Message]
+    repair: HistoryRepair
+
+
+@dataclass(frozen=True)
+class LineageBranch:
+    """A branch of a conversation: why it exists and which positions it holds."""
+
+    id: str
+    reason: str
+    parent: Position | None
+    run_id: str | None
+    resumes_run_id: str | None
+    created_at: datetime
+    first_position: int
+    tip: int
+    holds_head: bool
+
+
+@dataclass(frozen=True)
+class LineageResume:
+    """A run that resumes another run of the conversation."""
+
+    run_id: str
+    resumes: str
+    branch_id: str
+    status: RunStatus
+
+
+@dataclass(frozen=True)
+class Lineage:
+    """Where a conversation came from and what came of it.
+
+    Attributes:
+        branches: every branch, oldest first.
+        forks: the conversations forked from this one (forks out), oldest first.
+        resumes: runs that resume a failed or canceled run of it.
+    """
+
+    conversation: Conversation
+    branches: list[LineageBranch]
+    forks: list[Conversation]
+    resumes: list[LineageResume]
+
+    @property
+    def forked_from(self) -> ForkPoint | None:
+        """Where this conversation was forked from (the fork in), or None."""
+        return self.conversation.forked_from

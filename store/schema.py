@@ -16,7 +16,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
-from store._dialect import InsertingTransaction
+from store._sql.dialect import InsertingTransaction
 
 __all__ = [
     "branches",

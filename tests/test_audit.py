@@ -33,9 +33,10 @@ from store import (
     RunStateError,
     Store,
     ToolCall,
-    _log,
     trim_history,
 )
+from store._sql import append as _append
+from store._sql import log as _log
 from store.ids import new_id
 from store.schema import events, metadata
 from tests import _audit_writer
@@ -387,7 +388,7 @@ def test_pages_return_every_event_exactly_once_while_processes_append(
 def append_in(conn: sa.Connection, tenant: str, conversation_id: str, text: str) -> None:
     """Append a message with the store's own code, inside the caller's open transaction."""
     encoded = _log.encode_events([NewEvent.of_message(Message(role="user", content=text))])
-    _log.append_messages(
+    _append.append_messages(
         conn, tenant, conversation_id, encoded, expected=None, run_id=None, idempotency_key=None
     )
 

@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from store._dialect import DriverConnections, create_engine, cut_off, normalize_url
+from store._sql.dialect import DriverConnections, create_engine, cut_off, normalize_url
 from tests.conftest import _libpq
 
 

@@ -9,7 +9,8 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from store import ChatledgerError, Message, NewEvent, RunCursor, Store, projector
+from store import ChatledgerError, Message, NewEvent, RunCursor, Store
+from store._sql import projector
 from store.schema import conversations, view_entries
 
 OPS = st.lists(

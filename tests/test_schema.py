@@ -10,7 +10,8 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
-from store import Ledger, Message, SchemaError, StorageError, Store, _migrate
+from store import Ledger, Message, SchemaError, StorageError, Store
+from store._sql import migrate as _migrate
 from store.schema import metadata
 from tests.conftest import create_postgres_database, drop_postgres_database
 

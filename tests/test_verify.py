@@ -19,8 +19,8 @@ from store import (
     Position,
     Recompute,
     Store,
-    _chain,
 )
+from store._sql import chain as _chain
 from store.ids import new_id
 from store.schema import events, runs
 from tests.conftest import create_postgres_database, drop_postgres_database

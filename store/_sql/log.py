@@ -16,13 +16,14 @@ from typing import Any, get_args
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Row
 
-from store import _chain, _checks, _fastpath, projector
+from store import _checks
 from store._checks import MAX_INT32, MAX_INT64, check_choice, check_int, check_limit, json_text
-from store._dialect import db_now, for_update
 from store._errors import ConflictError, InvalidInputError, NotFoundError
-from store._translate import unique_violation
+from store._sql import chain as _chain
+from store._sql import projector
+from store._sql.dialect import db_now, for_update
+from store._sql.translate import unique_violation
 from store._values import (
-    Appended,
     Branch,
     BranchReason,
     Conversation,
@@ -39,8 +40,6 @@ from store.schema import branches, conversations, events, runs
 
 __all__ = [
     "MAX_PAYLOAD_CHARS",
-    "append_messages",
-    "appended_in_place",
     "branch_tip",
     "create_branch",
     "create_conversation",
@@ -237,8 +236,9 @@ def create_conversation(
         head=True,
     )
     try:
-        _insert_conversation(conn, conversation_id, tenant, branch_id, position, created.hash,
-                             meta_text, fork_point)
+        _insert_conversation(
+            conn, conversation_id, tenant, branch_id, position, created.hash, meta_text, fork_point
+        )
     except sa.exc.IntegrityError as error:
         # Another transaction took the id between the check above and here; the
         # transaction rolls back as this propagates, so nothing is written.
@@ -524,179 +524,6 @@ def previous_hash(conn: Connection, conversation_id: str, branch_id: str, positi
         )
     ).scalar()
     return _chain.GENESIS if found is None else bytes(found)
-
-
-def keyed_event(conn: Connection, conversation_id: str, key: str) -> Event | None:
-    """The event that carries idempotency key `key` in the conversation (the first of its append)."""
-    row = conn.execute(
-        sa.select(events).where(
-            events.c.conversation_id == conversation_id, events.c.idempotency_key == key
-        )
-    ).first()
-    return None if row is None else event_from_row(row)
-
-
-def key_conflict(conversation_id: str, key: str) -> ConflictError:
-    """The error for an idempotency key replayed with other content."""
-    return ConflictError(
-        f"Idempotency key {key!r} of conversation '{conversation_id}' was used for a "
-        f"different append (other messages, more or fewer of them, or another run). Nothing "
-        f"was written. Use a new key for new content; reuse a key only to retry the very "
-        f"same append.",
-        conversation_id=conversation_id,
-    )
-
-
-def same_content(
-    written: Sequence[Event], encoded: Sequence[tuple[NewEvent, str]], run_id: str | None
-) -> bool:
-    """Whether `written` are exactly the events `encoded` would write (a true retry)."""
-    return len(written) == len(encoded) and all(
-        e.payload_json == text and e.kind == item.kind and e.origin == item.origin
-        and e.run_id == run_id
-        for e, (item, text) in zip(written, encoded, strict=True)
-    )
-
-
-def _replayed(
-    conn: Connection,
-    conv: Conversation,
-    key: str,
-    encoded: Sequence[tuple[NewEvent, str]],
-    run_id: str | None,
-) -> Appended | None:
-    """The original append of an idempotency key, if the key was used.
-
-    An append's events end at its first event flagged `head` (an append
-    always moves the head past its last event), so the original is known
-    exactly: a retry with fewer, more or other messages, or one that would
-    reach into a later append, is a `ConflictError`, never a partial replay.
-    """
-    first = keyed_event(conn, conv.id, key)
-    if first is None:
-        return None
-    rows = conn.execute(
-        sa.select(events)
-        .where(
-            events.c.conversation_id == conv.id,
-            events.c.branch_id == first.branch_id,
-            events.c.position >= first.position,
-        )
-        .order_by(events.c.position)
-        .limit(len(encoded) + 1)
-    ).all()
-    original: list[Event] = []
-    for row in rows:
-        original.append(event_from_row(row))
-        if original[-1].head:
-            break
-    else:
-        raise key_conflict(conv.id, key)  # no end within reach: the original was longer
-    if not same_content(original, encoded, run_id):
-        raise key_conflict(conv.id, key)
-    return Appended(conv.id, original, conv.head)
-
-
-def append_messages(
-    conn: Connection,
-    tenant: str,
-    conversation_id: str,
-    encoded: Sequence[tuple[NewEvent, str]],
-    *,
-    expected: int | None,
-    run_id: str | None,
-    idempotency_key: str | None,
-) -> Appended:
-    """Append one turn at the head and move the head past it, atomically.
-
-    The conversation row lock serializes appends to one conversation. When
-    the head is not the tip of its branch (a run's leftovers lie beyond it),
-    the turn opens a new branch at the head.
-    """
-    if not encoded:
-        raise InvalidInputError("append_messages needs at least one message.")
-    check_append_options(expected, run_id, idempotency_key)
-    conv = get_conversation(conn, tenant, conversation_id, lock=True)
-    if idempotency_key is not None:
-        replayed = _replayed(conn, conv, idempotency_key, encoded, run_id)
-        if replayed is not None:
-            return replayed
-    if expected is not None and expected != conv.head.position:
-        raise ConflictError(
-            f"Conversation '{conv.id}' is at position {conv.head.position}, but the append "
-            f"expected {expected}. Another writer appended first; reload the history and retry.",
-            conversation_id=conv.id,
-            branch_id=conv.head.branch_id,
-            expected=expected,
-            actual=conv.head.position,
-        )
-    branch_id, position = conv.head.branch_id, conv.head.position
-    written: list[Event] = []
-    if not conv.head_open:
-        branch_id, created = create_branch(
-            conn, conv.id, conv.head, "run", run_id=run_id, origin="client"
-        )
-        written.append(created)
-        position += 1
-    written += insert_events(
-        conn,
-        conv.id,
-        branch_id,
-        position + 1,
-        encoded,
-        run_id=run_id,
-        idempotency_key=idempotency_key,
-        head=True,
-    )
-    new_head = Position(branch_id, written[-1].position)
-    messages = [e for e in written if e.kind == "message.recorded"]
-    set_head(conn, conv, new_head, messages, written[-1].hash)
-    return Appended(conv.id, written, new_head)
-
-
-def check_append_options(
-    expected: int | None, run_id: str | None, idempotency_key: str | None
-) -> None:
-    """The options of `append_messages`, checked before anything is written."""
-    if expected is not None:
-        check_int(expected, "expected", minimum=0, maximum=MAX_INT32)
-    if run_id is not None:
-        _checks.check_id(run_id, "run")
-    if idempotency_key is not None:
-        check_text(idempotency_key, "idempotency key")
-
-
-def appended_in_place(
-    conversation_id: str,
-    done: _fastpath.InPlace | None,
-    encoded: Sequence[tuple[NewEvent, str]],
-    run_id: str | None,
-    idempotency_key: str | None,
-) -> Appended | None:
-    """What a fast-path append wrote, as the general path reports it (None: nothing)."""
-    if done is None:
-        return None
-    written = [
-        Event(
-            seq=seq,
-            id=event_id,
-            conversation_id=conversation_id,
-            branch_id=done.branch_id,
-            position=position,
-            run_id=run_id,
-            kind=item.kind,
-            origin=item.origin,
-            head=i == len(encoded) - 1,
-            recorded_at=utc(recorded_at),
-            idempotency_key=idempotency_key if i == 0 else None,
-            payload_json=text,
-            hash=event_hash,
-        )
-        for i, (event_id, (seq, position, recorded_at, event_hash), (item, text)) in enumerate(
-            zip(done.ids, done.written, encoded, strict=True)
-        )
-    ]
-    return Appended(conversation_id, written, Position(done.branch_id, written[-1].position))
 
 
 def set_head(

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from store._dialect import time_value
+from store._sql.dialect import time_value
 from store._values import Position
 from store.schema import branches, conversations, events, runs, view_entries
 
@@ -261,3 +262,37 @@ def head_at(conn: Connection, conversation_id: str, when: datetime) -> Position 
         .limit(1)
     ).first()
     return None if row is None else Position(row[0], row[1])
+
+
+# -- the head read in one query, on a DB-API cursor (Store.execute's fast tier) -----
+
+_HEAD_PAYLOADS = (
+    "SELECT e.seq, e.payload FROM chatledger_conversations c "
+    "JOIN chatledger_view_entries v ON v.conversation_id = c.id "
+    "JOIN chatledger_events e ON e.seq = v.event_seq "
+    "WHERE c.id = {id} AND c.tenant = {tenant} ORDER BY v.position"
+)
+_PG_HEAD_PAYLOADS = _HEAD_PAYLOADS.format(id="%(id)s", tenant="%(tenant)s")
+_SQLITE_HEAD_PAYLOADS = _HEAD_PAYLOADS.format(id="?", tenant="?")
+
+
+def head_payloads_postgres(
+    cursor: Any, tenant: str, conversation_id: str
+) -> list[tuple[int, str]] | None:
+    """The head view's (seq, payload) rows in one query; None when there are none.
+
+    None covers both an empty history and a conversation that does not exist
+    for this tenant; the caller tells them apart.
+    """
+    cursor.execute(_PG_HEAD_PAYLOADS, {"id": conversation_id, "tenant": tenant})
+    rows: list[tuple[int, str]] = cursor.fetchall()
+    return rows or None
+
+
+def head_payloads_sqlite(
+    cursor: Any, tenant: str, conversation_id: str
+) -> list[tuple[int, str]] | None:
+    """`head_payloads_postgres` through a SQLite DB-API cursor."""
+    cursor.execute(_SQLITE_HEAD_PAYLOADS, (conversation_id, tenant))
+    rows: list[tuple[int, str]] = cursor.fetchall()
+    return rows or None

@@ -11,28 +11,32 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from store import _log
 from store._errors import InvalidInputError
-from store._pages import DEFAULT_LIMIT, Page
-from store._store import Op
-from store._values import Event, Origin
-from store.audit import (
+from store._sql import log as _log
+from store._sql.audit import (
     Filter,
-    Lineage,
-    RecordedRequest,
-    TimelineEntry,
-    ToolExecution,
-    ToolStatus,
     lineage,
     list_events,
     model_request,
     run_timeline,
     tool_executions,
 )
+from store._sql.ops import Op
+from store._sql.pages import DEFAULT_LIMIT, Page
+from store._values import (
+    Event,
+    Lineage,
+    Origin,
+    RecordedRequest,
+    TimelineEntry,
+    ToolExecution,
+    ToolStatus,
+)
 from store.history import HistoryProcessor
 
 if TYPE_CHECKING:
-    from store._store import AsyncStore, Store
+    from store._async import AsyncStore
+    from store._store import Store
 
 __all__ = ["AsyncAudit", "Audit"]
 

@@ -1,11 +1,11 @@
-"""The chat-loop append and the head read, with as little machinery as possible.
+"""The append: the general path, and the chat-loop fast paths pinned to it.
 
 The common append continues the head's branch in place: lock the
 conversation row, check the head is open (and where the caller expected it,
 and the idempotency key unused), insert the events, add them to the head
-view and move the head. The general path (`_log.append_messages`) does this
-and every other case with SQLAlchemy Core; this module does only the common
-case, in plain SQL prepared once:
+view and move the head. The general path (`append_messages`) does this
+and every other case with SQLAlchemy Core; the fast paths (`append_postgres`,
+`append_sqlite`) do only the common case, in plain SQL prepared once:
 
 - on Postgres, each statement is a network round trip, so the five steps are
   one statement of data-modifying CTEs, run in autocommit mode (a single
@@ -18,8 +18,9 @@ case, in plain SQL prepared once:
 
 When the common case does not apply, nothing is written (on SQLite the
 transaction is rolled back) and None is returned; the general path then
-decides in a transaction of its own, reading everything afresh. Both paths
-run under the one conformance suite.
+decides in a transaction of its own, reading everything afresh. The
+conformance suite runs twice: as shipped, and with the fast paths off
+(`Store.fast_paths = False`), so both paths answer to the same tests.
 """
 
 from __future__ import annotations
@@ -31,18 +32,37 @@ from functools import lru_cache
 from hashlib import sha256
 from typing import Any, Protocol
 
-from store import _chain
-from store._dialect import sqlite_clock, sqlite_time
-from store._values import NewEvent
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from store import _checks
+from store._checks import MAX_INT32, check_int, check_text
+from store._errors import ConflictError, InvalidInputError
+from store._sql import chain as _chain
+from store._sql.dialect import sqlite_clock, sqlite_time
+from store._sql.log import (
+    create_branch,
+    event_from_row,
+    get_conversation,
+    insert_events,
+    set_head,
+    utc,
+)
+from store._values import Appended, Conversation, Event, NewEvent, Position
 from store.ids import new_id
+from store.schema import events
 
 __all__ = [
     "Append",
     "InPlace",
+    "append_messages",
     "append_postgres",
     "append_sqlite",
-    "head_payloads_postgres",
-    "head_payloads_sqlite",
+    "appended_in_place",
+    "check_append_options",
+    "key_conflict",
+    "keyed_event",
+    "same_content",
 ]
 
 _APPEND = """
@@ -267,33 +287,179 @@ def append_sqlite(
     return InPlace(branch_id=branch_id, ids=ids, written=written)
 
 
-_HEAD_PAYLOADS = (
-    "SELECT e.seq, e.payload FROM chatledger_conversations c "
-    "JOIN chatledger_view_entries v ON v.conversation_id = c.id "
-    "JOIN chatledger_events e ON e.seq = v.event_seq "
-    "WHERE c.id = {id} AND c.tenant = {tenant} ORDER BY v.position"
-)
-_PG_HEAD_PAYLOADS = _HEAD_PAYLOADS.format(id="%(id)s", tenant="%(tenant)s")
-_SQLITE_HEAD_PAYLOADS = _HEAD_PAYLOADS.format(id="?", tenant="?")
+# -- the general path: every case, with SQLAlchemy Core ------------------------------
 
 
-def head_payloads_postgres(
-    cursor: Any, tenant: str, conversation_id: str
-) -> list[tuple[int, str]] | None:
-    """The head view's (seq, payload) rows in one query; None when there are none.
+def keyed_event(conn: Connection, conversation_id: str, key: str) -> Event | None:
+    """The event that carries idempotency key `key` in the conversation (the first of its append)."""
+    row = conn.execute(
+        sa.select(events).where(
+            events.c.conversation_id == conversation_id, events.c.idempotency_key == key
+        )
+    ).first()
+    return None if row is None else event_from_row(row)
 
-    None covers both an empty history and a conversation that does not exist
-    for this tenant; the caller tells them apart.
+
+def key_conflict(conversation_id: str, key: str) -> ConflictError:
+    """The error for an idempotency key replayed with other content."""
+    return ConflictError(
+        f"Idempotency key {key!r} of conversation '{conversation_id}' was used for a "
+        f"different append (other messages, more or fewer of them, or another run). Nothing "
+        f"was written. Use a new key for new content; reuse a key only to retry the very "
+        f"same append.",
+        conversation_id=conversation_id,
+    )
+
+
+def same_content(
+    written: Sequence[Event], encoded: Sequence[tuple[NewEvent, str]], run_id: str | None
+) -> bool:
+    """Whether `written` are exactly the events `encoded` would write (a true retry)."""
+    return len(written) == len(encoded) and all(
+        e.payload_json == text
+        and e.kind == item.kind
+        and e.origin == item.origin
+        and e.run_id == run_id
+        for e, (item, text) in zip(written, encoded, strict=True)
+    )
+
+
+def replayed(
+    conn: Connection,
+    conv: Conversation,
+    key: str,
+    encoded: Sequence[tuple[NewEvent, str]],
+    run_id: str | None,
+) -> Appended | None:
+    """The original append of an idempotency key, if the key was used.
+
+    An append's events end at its first event flagged `head` (an append
+    always moves the head past its last event), so the original is known
+    exactly: a retry with fewer, more or other messages, or one that would
+    reach into a later append, is a `ConflictError`, never a partial replay.
     """
-    cursor.execute(_PG_HEAD_PAYLOADS, {"id": conversation_id, "tenant": tenant})
-    rows: list[tuple[int, str]] = cursor.fetchall()
-    return rows or None
+    first = keyed_event(conn, conv.id, key)
+    if first is None:
+        return None
+    rows = conn.execute(
+        sa.select(events)
+        .where(
+            events.c.conversation_id == conv.id,
+            events.c.branch_id == first.branch_id,
+            events.c.position >= first.position,
+        )
+        .order_by(events.c.position)
+        .limit(len(encoded) + 1)
+    ).all()
+    original: list[Event] = []
+    for row in rows:
+        original.append(event_from_row(row))
+        if original[-1].head:
+            break
+    else:
+        raise key_conflict(conv.id, key)  # no end within reach: the original was longer
+    if not same_content(original, encoded, run_id):
+        raise key_conflict(conv.id, key)
+    return Appended(conv.id, original, conv.head)
 
 
-def head_payloads_sqlite(
-    cursor: Any, tenant: str, conversation_id: str
-) -> list[tuple[int, str]] | None:
-    """`head_payloads_postgres` through a SQLite DB-API cursor."""
-    cursor.execute(_SQLITE_HEAD_PAYLOADS, (conversation_id, tenant))
-    rows: list[tuple[int, str]] = cursor.fetchall()
-    return rows or None
+def append_messages(
+    conn: Connection,
+    tenant: str,
+    conversation_id: str,
+    encoded: Sequence[tuple[NewEvent, str]],
+    *,
+    expected: int | None,
+    run_id: str | None,
+    idempotency_key: str | None,
+) -> Appended:
+    """Append one turn at the head and move the head past it, atomically.
+
+    The conversation row lock serializes appends to one conversation. When
+    the head is not the tip of its branch (a run's leftovers lie beyond it),
+    the turn opens a new branch at the head.
+    """
+    if not encoded:
+        raise InvalidInputError("append_messages needs at least one message.")
+    check_append_options(expected, run_id, idempotency_key)
+    conv = get_conversation(conn, tenant, conversation_id, lock=True)
+    if idempotency_key is not None:
+        again = replayed(conn, conv, idempotency_key, encoded, run_id)
+        if again is not None:
+            return again
+    if expected is not None and expected != conv.head.position:
+        raise ConflictError(
+            f"Conversation '{conv.id}' is at position {conv.head.position}, but the append "
+            f"expected {expected}. Another writer appended first; reload the history and retry.",
+            conversation_id=conv.id,
+            branch_id=conv.head.branch_id,
+            expected=expected,
+            actual=conv.head.position,
+        )
+    branch_id, position = conv.head.branch_id, conv.head.position
+    written: list[Event] = []
+    if not conv.head_open:
+        branch_id, created = create_branch(
+            conn, conv.id, conv.head, "run", run_id=run_id, origin="client"
+        )
+        written.append(created)
+        position += 1
+    written += insert_events(
+        conn,
+        conv.id,
+        branch_id,
+        position + 1,
+        encoded,
+        run_id=run_id,
+        idempotency_key=idempotency_key,
+        head=True,
+    )
+    new_head = Position(branch_id, written[-1].position)
+    messages = [e for e in written if e.kind == "message.recorded"]
+    set_head(conn, conv, new_head, messages, written[-1].hash)
+    return Appended(conv.id, written, new_head)
+
+
+def check_append_options(
+    expected: int | None, run_id: str | None, idempotency_key: str | None
+) -> None:
+    """The options of `append_messages`, checked before anything is written."""
+    if expected is not None:
+        check_int(expected, "expected", minimum=0, maximum=MAX_INT32)
+    if run_id is not None:
+        _checks.check_id(run_id, "run")
+    if idempotency_key is not None:
+        check_text(idempotency_key, "idempotency key")
+
+
+def appended_in_place(
+    conversation_id: str,
+    done: InPlace | None,
+    encoded: Sequence[tuple[NewEvent, str]],
+    run_id: str | None,
+    idempotency_key: str | None,
+) -> Appended | None:
+    """What a fast-path append wrote, as the general path reports it (None: nothing)."""
+    if done is None:
+        return None
+    written = [
+        Event(
+            seq=seq,
+            id=event_id,
+            conversation_id=conversation_id,
+            branch_id=done.branch_id,
+            position=position,
+            run_id=run_id,
+            kind=item.kind,
+            origin=item.origin,
+            head=i == len(encoded) - 1,
+            recorded_at=utc(recorded_at),
+            idempotency_key=idempotency_key if i == 0 else None,
+            payload_json=text,
+            hash=event_hash,
+        )
+        for i, (event_id, (seq, position, recorded_at, event_hash), (item, text)) in enumerate(
+            zip(done.ids, done.written, encoded, strict=True)
+        )
+    ]
+    return Appended(conversation_id, written, Position(done.branch_id, written[-1].position))

@@ -18,7 +18,6 @@ from typing import Any, get_args
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Row
 
-from store import _log, projector
 from store._checks import (
     MAX_INT32,
     check_choice,
@@ -30,7 +29,6 @@ from store._checks import (
     check_seconds,
     check_text,
 )
-from store._dialect import db_now, db_now_plus, is_sqlite
 from store._errors import (
     ConflictError,
     InvalidInputError,
@@ -39,7 +37,11 @@ from store._errors import (
     ResumeConflictError,
     RunStateError,
 )
-from store._translate import unique_violation
+from store._sql import append as _append
+from store._sql import log as _log
+from store._sql import projector
+from store._sql.dialect import db_now, db_now_plus, is_sqlite
+from store._sql.translate import unique_violation
 from store._values import (
     BranchReason,
     Conversation,
@@ -387,7 +389,7 @@ def _replayed_record(
     fewer events, later records since) is a `ConflictError`, never a partial
     replay.
     """
-    first = _log.keyed_event(conn, run.conversation_id, key)
+    first = _append.keyed_event(conn, run.conversation_id, key)
     if first is None:
         return None
     end = cursor.position + len(encoded)
@@ -396,7 +398,7 @@ def _replayed_record(
         cursor.position + 1,
         run.id,
     ) or run.position != end:
-        raise _log.key_conflict(run.conversation_id, key)
+        raise _append.key_conflict(run.conversation_id, key)
     rows = conn.execute(
         sa.select(events)
         .where(
@@ -408,8 +410,8 @@ def _replayed_record(
         .order_by(events.c.position)
     ).all()
     original = [_log.event_from_row(r) for r in rows]
-    if not _log.same_content(original, encoded, run.id):
-        raise _log.key_conflict(run.conversation_id, key)
+    if not _append.same_content(original, encoded, run.id):
+        raise _append.key_conflict(run.conversation_id, key)
     return original
 
 

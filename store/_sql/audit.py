@@ -12,11 +12,11 @@ page = audit.events(run_id=run_id, kinds=["tool.finished"], failed=True)
 
 Every query is scoped to the handle's tenant: a conversation or run of
 another tenant is reported exactly as a missing one (`NotFoundError`). Lists
-come in keyset pages in commit order (`Page`, `store._pages`): pass a page's
+come in keyset pages in commit order (`Page`, `store._sql.pages`): pass a page's
 `next_after` as `after` to read on, and no event is ever returned twice or
 skipped, even while other processes append.
 
-Each query here is a function over one open transaction; `store._audit_ops`
+Each query here is a function over one open transaction; `store._audit`
 wraps them in the `Op`s that `Store.execute` / `AsyncStore.execute` run, and
 holds `Audit` and `AsyncAudit`, the thin faces `ledger.audit` returns.
 docs/audit.md shows the plain SQL behind each query and the index it uses.
@@ -29,157 +29,49 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Literal, assert_never, get_args
+from typing import Any, assert_never, get_args
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Row
 
-from store import _log, _runs, projector
-from store._dialect import db_now, json_text, json_true, time_value
 from store._errors import InvalidInputError, NotFoundError
-from store._pages import Page, read_page
-from store._values import Conversation, Event, EventKind, ForkPoint, Position, RunStatus
-from store.history import HistoryProcessor, HistoryRepair, normalize_history
+from store._sql import log as _log
+from store._sql import projector
+from store._sql import runs as _runs
+from store._sql.dialect import db_now, json_text, json_true, time_value
+from store._sql.pages import Page, read_page
+from store._values import (
+    Event,
+    EventKind,
+    Lineage,
+    LineageBranch,
+    LineageResume,
+    Position,
+    RecordedRequest,
+    Stage,
+    TimelineEntry,
+    ToolExecution,
+    ToolStatus,
+)
+from store.history import HistoryProcessor, normalize_history
 from store.messages import Message, load_messages
 from store.schema import branches, conversations, events, runs
 
 __all__ = [
-    "Lineage",
-    "LineageBranch",
-    "LineageResume",
-    "Page",
-    "RecordedRequest",
-    "Stage",
-    "TimelineEntry",
-    "ToolExecution",
-    "ToolStatus",
+    "Filter",
+    "lineage",
+    "list_events",
+    "model_request",
+    "run_timeline",
+    "stage_of",
+    "tool_executions",
 ]
-
-Stage = Literal["conversation", "run", "model", "tool", "message", "other"]
-ToolStatus = Literal["finished", "failed", "running", "uncertain"]
 
 _KINDS: frozenset[str] = frozenset(get_args(EventKind))
 # Literal SQL, not bound parameters: the planners can then match the partial
 # index `... WHERE kind = 'tool.started'` (docs/audit.md).
 _TOOL_STARTED: sa.ColumnClause[str] = sa.literal_column("'tool.started'", sa.Text)
 _TOOL_FINISHED: sa.ColumnClause[str] = sa.literal_column("'tool.finished'", sa.Text)
-
-
-# -- values -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TimelineEntry:
-    """One event of a run's timeline.
-
-    Attributes:
-        stage: what part of the run the event belongs to, from its kind.
-        elapsed: time since the run's `run.started` event (zero for the
-            `branch.created` recorded just before it, in the same transaction).
-    """
-
-    event: Event
-    stage: Stage
-    elapsed: timedelta
-
-
-@dataclass(frozen=True)
-class ToolExecution:
-    """One tool call a run started, and how it ended.
-
-    `status` is `finished` or `failed` (the run recorded `tool.finished`),
-    `running` (no result yet, and the run still holds a live lease), or
-    `uncertain`: the call started but never finished and its run ended or its
-    worker died, so whether its side effects happened is unknown.
-    """
-
-    call_id: str | None
-    name: str
-    run_id: str | None
-    conversation_id: str
-    branch_id: str
-    started_seq: int
-    started_at: datetime
-    finished_at: datetime | None
-    status: ToolStatus
-
-    @property
-    def uncertain(self) -> bool:
-        """Started, never finished, and nobody is working on it any more."""
-        return self.status == "uncertain"
-
-
-@dataclass(frozen=True)
-class RecordedRequest:
-    """Model request `request` of a run, rebuilt from the log, provider-neutral.
-
-    `messages` are what the engine sent: the system message (the run's
-    instructions, then `context`), the repaired history at the run's base
-    (through its history processor, when given), then the run's own turns
-    recorded before the request, without run and conversation stamps. An
-    adapter's `prepare()` turns them into the wire body whose sha256 the run
-    recorded as `digest` (see `engine.audit`).
-
-    Attributes:
-        repair: what repair changed in the history (synthesized results of
-            unanswered calls, dropped orphan results): the model saw the
-            synthesized results, which no tool produced.
-    """
-
-    run_id: str
-    conversation_id: str
-    request: int
-    digest: str
-    model: str | None
-    recorded_at: datetime
-    messages: list[Message]
-    repair: HistoryRepair
-
-
-@dataclass(frozen=True)
-class LineageBranch:
-    """A branch of a conversation: why it exists and which positions it holds."""
-
-    id: str
-    reason: str
-    parent: Position | None
-    run_id: str | None
-    resumes_run_id: str | None
-    created_at: datetime
-    first_position: int
-    tip: int
-    holds_head: bool
-
-
-@dataclass(frozen=True)
-class LineageResume:
-    """A run that resumes another run of the conversation."""
-
-    run_id: str
-    resumes: str
-    branch_id: str
-    status: RunStatus
-
-
-@dataclass(frozen=True)
-class Lineage:
-    """Where a conversation came from and what came of it.
-
-    Attributes:
-        branches: every branch, oldest first.
-        forks: the conversations forked from this one (forks out), oldest first.
-        resumes: runs that resume a failed or canceled run of it.
-    """
-
-    conversation: Conversation
-    branches: list[LineageBranch]
-    forks: list[Conversation]
-    resumes: list[LineageResume]
-
-    @property
-    def forked_from(self) -> ForkPoint | None:
-        """Where this conversation was forked from (the fork in), or None."""
-        return self.conversation.forked_from
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,8 @@ from typing import Any, Generic, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Row
 
-from store._dialect import commit_order, past_cursor, snapshot_horizon
 from store._errors import InvalidInputError
+from store._sql.dialect import commit_order, past_cursor, snapshot_horizon
 
 __all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "Page", "check_limit", "read_page"]
 

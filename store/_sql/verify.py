@@ -15,9 +15,9 @@ from typing import Any, Literal
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from store import _chain
-from store._dialect import is_sqlite
 from store._errors import InvalidInputError
+from store._sql import chain as _chain
+from store._sql.dialect import is_sqlite
 from store._values import Position
 from store.ids import is_id
 from store.schema import branches, conversations, events

@@ -1,0 +1,342 @@
+"""`AsyncStore` and `AsyncLedger`: the async face.
+
+They run the very `Op`s of the sync face through SQLAlchemy's `run_sync`, so
+every rule has one implementation; only the signatures are written twice, and
+`tests/test_faces.py` holds them equal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import create_async_engine as sa_create_async_engine
+
+from store._audit import AsyncAudit
+from store._cache import MessageCache
+from store._ops import Operations, ended
+from store._sql import migrate as _migrate
+from store._sql import projector
+from store._sql.dialect import (
+    WRITE,
+    Durability,
+    install_sqlite_hooks,
+    normalize_url,
+)
+from store._sql.ops import Op, in_transaction, run_fast
+from store._sql.translate import translating
+from store._sql.verify import Recompute, Verification
+from store._values import (
+    Appended,
+    Conversation,
+    Event,
+    NewEvent,
+    Position,
+    Run,
+    RunCursor,
+    RunStatus,
+)
+from store.messages import Message, Usage
+
+__all__ = ["AsyncLedger", "AsyncStore"]
+
+T = TypeVar("T")
+
+
+class AsyncStore:
+    """The async face of `Store`: the same operations, as coroutines."""
+
+    def __init__(
+        self, engine: AsyncEngine, *, owns_engine: bool, message_cache: int = 10_000
+    ) -> None:
+        self.engine = engine
+        self._owns_engine = owns_engine
+        self.message_cache = MessageCache(message_cache)
+
+    @classmethod
+    def open(
+        cls,
+        url: str | None = None,
+        *,
+        engine: AsyncEngine | None = None,
+        durability: Durability = "full",
+        busy_timeout: float = 30.0,
+        message_cache: int = 10_000,
+    ) -> AsyncStore:
+        """Open a store; the arguments are those of `Store.open`."""
+        if engine is None:
+            url = normalize_url(url)
+            if url.startswith("sqlite:"):
+                url = "sqlite+aiosqlite:" + url.split(":", 1)[1]
+            kwargs: dict[str, Any] = (
+                {"connect_args": {"timeout": busy_timeout}}
+                if url.startswith("sqlite")
+                else {"pool_recycle": 1800}
+            )
+            engine = sa_create_async_engine(url, **kwargs)
+            owns = True
+        else:
+            owns = False
+        if engine.dialect.name == "sqlite":
+            install_sqlite_hooks(
+                engine.sync_engine, durability=durability, busy_timeout=busy_timeout
+            )
+        return cls(engine, owns_engine=owns, message_cache=message_cache)
+
+    async def __aenter__(self) -> AsyncStore:
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Release the connection pool (of an engine this store created)."""
+        if self._owns_engine:
+            await self.engine.dispose()
+
+    async def migrate(self) -> None:
+        """Upgrade the schema to this package's head revision."""
+        await self.execute(Op("migrating the schema", True, _migrate.upgrade))
+
+    def tenant(self, tenant: str) -> AsyncLedger:
+        """A handle whose every operation is scoped to `tenant`."""
+        return AsyncLedger(self, tenant)
+
+    async def rebuild(self) -> int:
+        """Recompute every materialized view from the events."""
+        return await self.execute(Op("rebuilding views", True, projector.rebuild_views))
+
+    async def execute(self, op: Op[T]) -> T:
+        """Run one operation in its own transaction, through `run_sync`."""
+        with translating(op.action):
+            async with self.engine.connect() as conn:
+                fast = op.postgres
+                if fast is not None and self.engine.dialect.name != "sqlite":
+                    done = await conn.run_sync(lambda c: run_fast(c, fast))
+                    if done is not None:
+                        return done
+                if op.write:
+                    await conn.execution_options(**{WRITE: True})
+                async with conn.begin():
+                    return await conn.run_sync(lambda c: in_transaction(c, op))
+
+
+class AsyncLedger:
+    """The async face of `Ledger`."""
+
+    def __init__(self, store: AsyncStore, tenant: str) -> None:
+        self._store = store
+        self._ops = Operations(tenant, store.message_cache)
+
+    @property
+    def tenant(self) -> str:
+        """The tenant every operation is scoped to."""
+        return self._ops.tenant
+
+    @property
+    def audit(self) -> AsyncAudit:
+        """See `Ledger.audit`."""
+
+        return AsyncAudit(self._store, self._ops.tenant)
+
+    async def create_conversation(
+        self, metadata: dict[str, Any] | None = None, *, conversation_id: str | None = None
+    ) -> Conversation:
+        """See `Ledger.create_conversation`."""
+        return await self._store.execute(self._ops.create_conversation(metadata, conversation_id))
+
+    async def conversation(self, conversation_id: str) -> Conversation:
+        """See `Ledger.conversation`."""
+        return await self._store.execute(self._ops.conversation(conversation_id))
+
+    async def conversations(self, limit: int = 50, before: str | None = None) -> list[Conversation]:
+        """See `Ledger.conversations`."""
+        return await self._store.execute(self._ops.conversations(limit, before))
+
+    async def append_messages(
+        self,
+        conversation_id: str,
+        messages: Sequence[Message],
+        *,
+        expected: int | None = None,
+        run_id: str | None = None,
+        idempotency_key: str | None = None,
+        origin: str = "client",
+    ) -> Appended:
+        """See `Ledger.append_messages`."""
+        return await self._store.execute(
+            self._ops.append_messages(
+                conversation_id, messages, expected, run_id, idempotency_key, origin
+            )
+        )
+
+    async def history(
+        self,
+        conversation_id: str,
+        *,
+        at: int | Position | datetime | None = None,
+        repaired: bool = True,
+    ) -> list[Message]:
+        """See `Ledger.history`."""
+        return await self._store.execute(self._ops.history(conversation_id, at, repaired))
+
+    async def fork(
+        self,
+        conversation_id: str,
+        *,
+        at: int | Position | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> Conversation:
+        """See `Ledger.fork`."""
+        return await self._store.execute(self._ops.fork(conversation_id, at, metadata))
+
+    async def move_head(
+        self, conversation_id: str, to: int | Position, *, expected: Position | None = None
+    ) -> Conversation:
+        """See `Ledger.move_head`."""
+        return await self._store.execute(self._ops.move_head(conversation_id, to, expected))
+
+    async def events(
+        self,
+        *,
+        conversation_id: str | None = None,
+        run_id: str | None = None,
+        after_seq: int | None = None,
+        limit: int | None = None,
+    ) -> list[Event]:
+        """See `Ledger.events`."""
+        return await self._store.execute(
+            self._ops.events(conversation_id, run_id, after_seq, limit)
+        )
+
+    async def start_run(
+        self,
+        conversation_id: str,
+        *,
+        owner: str,
+        run_id: str | None = None,
+        base: int | Position | None = None,
+        resumes: str | None = None,
+        model: str | None = None,
+        instructions_digest: str | None = None,
+        lease_seconds: float = 60.0,
+        events: Sequence[NewEvent] = (),
+    ) -> RunCursor:
+        """See `Ledger.start_run`."""
+        return await self._store.execute(
+            self._ops.start_run(
+                conversation_id,
+                events,
+                run_id=run_id,
+                base=base,
+                resumes=resumes,
+                model=model,
+                instructions_digest=instructions_digest,
+                owner=owner,
+                lease_seconds=lease_seconds,
+            )
+        )
+
+    async def record(
+        self,
+        cursor: RunCursor,
+        events: Sequence[NewEvent],
+        *,
+        idempotency_key: str | None = None,
+    ) -> tuple[list[Event], RunCursor]:
+        """See `Ledger.record`."""
+        return await self._store.execute(self._ops.record(cursor, events, idempotency_key))
+
+    async def complete_run(
+        self,
+        cursor: RunCursor,
+        *,
+        usage: Usage | None = None,
+        request_count: int | None = None,
+        tool_count: int | None = None,
+    ) -> Conversation:
+        """See `Ledger.complete_run`."""
+        result = ended(
+            await self._store.execute(
+                self._ops.end_run(
+                    cursor,
+                    "completed",
+                    usage=usage,
+                    request_count=request_count,
+                    tool_count=tool_count,
+                )
+            )
+        )
+        assert result is not None
+        return result
+
+    async def fail_run(
+        self,
+        cursor: RunCursor,
+        *,
+        stage: str,
+        error: str,
+        usage: Usage | None = None,
+        request_count: int | None = None,
+        tool_count: int | None = None,
+        canceled: bool = False,
+        attention: str | None = None,
+    ) -> None:
+        """See `Ledger.fail_run`."""
+        await self._store.execute(
+            self._ops.end_run(
+                cursor,
+                "canceled" if canceled else "failed",
+                stage=stage,
+                error=error,
+                usage=usage,
+                request_count=request_count,
+                tool_count=tool_count,
+                attention=attention,
+            )
+        )
+
+    async def verify(self, conversation_id: str, *, recompute: Recompute = "auto") -> Verification:
+        """See `Ledger.verify`."""
+        results = await self._store.execute(self._ops.verify([conversation_id], recompute))
+        if not results:
+            await self.conversation(conversation_id)  # raises NotFoundError
+        return results[0]
+
+    async def verify_all(self, *, recompute: Recompute = "auto") -> list[Verification]:
+        """See `Ledger.verify_all`."""
+        return await self._store.execute(self._ops.verify(None, recompute))
+
+    async def renew_lease(self, cursor: RunCursor, seconds: float = 60.0) -> None:
+        """See `Ledger.renew_lease`."""
+        await self._store.execute(self._ops.renew_lease(cursor, seconds))
+
+    async def run(self, run_id: str) -> Run:
+        """See `Ledger.run`."""
+        return await self._store.execute(self._ops.run(run_id))
+
+    async def runs(
+        self,
+        *,
+        conversation_id: str | None = None,
+        status: RunStatus | None = None,
+        attention: bool | None = None,
+        limit: int = 100,
+    ) -> list[Run]:
+        """See `Ledger.runs`."""
+        return await self._store.execute(self._ops.runs(conversation_id, status, attention, limit))
+
+    async def claim_stale_runs(
+        self,
+        *,
+        owner: str,
+        limit: int = 10,
+        lease_seconds: float = 60.0,
+        max_attempts: int = 5,
+    ) -> list[tuple[Run, RunCursor]]:
+        """See `Ledger.claim_stale_runs`."""
+        return await self._store.execute(
+            self._ops.claim_stale_runs(owner, limit, lease_seconds, max_attempts)
+        )

@@ -1,0 +1,58 @@
+"""`Op`: one store operation, and how it runs.
+
+An operation is a function over one open transaction (`fn`), plus, where one
+exists, a plain-SQL form for each backend that is tried first on a driver
+connection (`postgres`, `sqlite`; see `store._sql.append`). `run_fast` and
+`in_transaction` are the tiers `Store.execute` and `AsyncStore.execute` walk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from sqlalchemy.engine import Connection
+
+from store._sql.dialect import is_sqlite, on_cursor
+
+__all__ = ["Op", "in_transaction", "run_fast"]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Op(Generic[T]):
+    """One store operation: a function over a transaction, and what it does."""
+
+    action: str
+    write: bool
+    fn: Callable[[Connection], T]
+    postgres: Callable[[Any], T | None] | None = None
+    """Postgres: an attempt as one self-contained statement on an autocommit
+    DB-API cursor, tried first; None from it means nothing was written and
+    `fn` runs as usual."""
+    sqlite: Callable[[Any], T | None] | None = None
+    """SQLite: an attempt in plain SQL on a DB-API cursor, inside the
+    operation's transaction, tried first; None means nothing was written and
+    `fn` runs as usual, in the same transaction."""
+
+
+def run_fast(conn: Connection, fast: Callable[[Any], T | None], /) -> T | None:
+    """Try an operation's one-statement form in autocommit mode (one round trip)."""
+    default = conn.default_isolation_level
+    conn.execution_options(isolation_level="AUTOCOMMIT")
+    try:
+        return on_cursor(conn, fast)
+    finally:
+        conn.rollback()  # ends SQLAlchemy's logical transaction; the statement committed itself
+        conn.execution_options(isolation_level=default)
+
+
+def in_transaction(conn: Connection, op: Op[T], tried: bool = False) -> T:
+    """`op` inside the transaction on `conn`; its SQLite form first, unless `tried`."""
+    if op.sqlite is not None and not tried and is_sqlite(conn):
+        done = on_cursor(conn, op.sqlite)
+        if done is not None:
+            return done
+    return op.fn(conn)
