@@ -1,0 +1,6 @@
+"""The event log in SQL: every module here is a function over one open transaction or a DB-API cursor.
+
+Nothing here is public. The faces (`store.Store`, `store.Ledger` and their
+async twins) build `Op`s from these functions (`store._ops`) and run them
+(`store._sql.ops`); docs/architecture.md says which module owns what.
+"""
