@@ -1,0 +1,159 @@
+"""The tree keeps its layers: no import cycles, and docs/architecture.md names every module.
+
+Both checks read the source with `ast`; nothing is imported. Every `import`
+statement counts: at module top, inside functions, and under
+`if TYPE_CHECKING:`, because a cycle that only typing or a late import hides
+still ties two modules that should stand apart.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("store", "engine")
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+
+
+def module_files() -> dict[str, Path]:
+    """Every module of the packages, by dotted name (a package by its own name)."""
+    found: dict[str, Path] = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join(parts)] = path
+    return found
+
+
+def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The package modules that `name` imports, by any import statement anywhere in it."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    targets: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            for alias in node.names:
+                # `from a.b import c`: the module a.b.c when it is one, else a.b.
+                submodule = f"{base}.{alias.name}"
+                targets.add(submodule if submodule in modules else base)
+    return {t for t in targets if t in modules and t != name}
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = module_files()
+    return {name: imports_of(name, path, modules) for name, path in modules.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph[node]):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_walk_sees_function_level_and_type_checking_imports() -> None:
+    graph = import_graph()
+    # store._sql.log imports store._sql.projector at module top,
+    assert "store._sql.projector" in graph["store._sql.log"]
+    # and the graph reaches across packages: the engine builds on the store.
+    assert any(t.startswith("store") for t in graph["engine._run"])
+    planted = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(planted) == [["a", "b", "c"]]
+
+
+def test_no_module_imports_itself_back() -> None:
+    found = cycles(import_graph())
+    assert not found, "import cycles: " + "; ".join(" -> ".join(c) for c in found)
+
+
+def test_the_store_never_imports_the_engine() -> None:
+    graph = import_graph()
+    reaching = {
+        name: sorted(t for t in targets if t.startswith("engine"))
+        for name, targets in graph.items()
+        if name.startswith("store")
+    }
+    assert not {n: t for n, t in reaching.items() if t}
+
+
+def test_the_contract_layer_imports_no_database_layer() -> None:
+    """messages, ids, history and the values are the pure layer: no `store._sql`, no SQLAlchemy."""
+    pure = ["store.messages", "store.ids", "store.history", "store._repair", "store._values"]
+    for name in pure:
+        path = module_files()[name]
+        tree = ast.parse(path.read_text())
+        names = {
+            alias.name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Import)
+            for alias in node.names
+        } | {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+        assert not {
+            n for n in names if n.startswith(("store._sql", "sqlalchemy", "psycopg", "alembic"))
+        }, name
+
+
+# -- docs/architecture.md -------------------------------------------------------------
+
+_PATH = re.compile(r"\b((?:store|engine|migrations)/[\w/]*\.py)\b")
+
+
+def named_in_architecture() -> set[str]:
+    return set(_PATH.findall(ARCHITECTURE.read_text()))
+
+
+def test_every_module_named_in_the_architecture_exists() -> None:
+    missing = sorted(p for p in named_in_architecture() if not (ROOT / p).is_file())
+    assert not missing, f"docs/architecture.md names modules that do not exist: {missing}"
+
+
+def test_every_module_is_named_in_the_architecture() -> None:
+    named = named_in_architecture()
+    every = {str(p.relative_to(ROOT)) for p in module_files().values()}
+    unnamed = sorted(every - named)
+    assert not unnamed, f"docs/architecture.md does not name: {unnamed}"
+
+
+@pytest.mark.parametrize("pattern", [r"\.\./", r"(?<![\w.])/(?:work|home|tmp|root)/"])
+def test_the_architecture_points_inside_the_repository(pattern: str) -> None:
+    assert not re.search(pattern, ARCHITECTURE.read_text())
