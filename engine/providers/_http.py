@@ -39,6 +39,7 @@ from engine.providers._errors import (
     ModelResponseError,
     ModelStreamError,
 )
+from engine.providers._wire import merge_settings, resolve_api_key
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -418,8 +419,6 @@ class PooledModel:
     ) -> None:
         """Resolve the base URL and key (arguments, then the environment) and
         set up settings, headers and the transport."""
-        from engine.providers._wire import merge_settings, resolve_api_key
-
         base = base_url or os.environ.get(base_url_env) or default_base_url
         self.base_url = base.rstrip("/")
         self.api_key = resolve_api_key(
