@@ -10,10 +10,24 @@ ChatledgerError
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from store import ChatledgerError, Message, Usage
 
-__all__ = ["Partial", "RunError"]
+__all__ = ["FailureStage", "Partial", "RunError"]
+
+FailureStage = Literal[
+    "guard",
+    "retrieval",
+    "processor",
+    "model",
+    "tool",
+    "store",
+    "limit",
+    "canceled",
+    "disconnect",
+]
+"""Where a run stopped (see `RunError.stage`)."""
 
 
 @dataclass(frozen=True)
@@ -35,8 +49,14 @@ class RunError(ChatledgerError):
     """A run did not complete.
 
     Attributes:
-        stage: where it stopped: `guard`, `processor`, `model`, `tool`,
-            `store`, `limit`, `canceled` or `disconnect`.
+        stage: where it stopped: `guard` (the guard rejected the prompt),
+            `retrieval` (the retriever raised), `processor` (the history
+            processor raised or dropped the prompt), `model` (a model
+            request failed), `tool` (a tool crashed, or the model made too
+            many invalid calls), `store` (the ledger failed a write), `limit`
+            (the agent's `max_requests` was reached), `canceled` (a tool
+            canceled the run) or `disconnect` (the caller's task was
+            canceled).
         partial: what completed before it stopped, or None when no model
             turn completed.
         run_id: the run.
@@ -47,7 +67,7 @@ class RunError(ChatledgerError):
         self,
         message: str,
         *,
-        stage: str,
+        stage: FailureStage,
         partial: Partial | None,
         run_id: str,
         conversation_id: str,

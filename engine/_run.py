@@ -18,19 +18,29 @@ exact: the completed model turns and the results recorded before the kill.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
-from engine._errors import Partial, RunError
-from engine._ledger import LedgerCalls
-from engine._values import Hit, Result, RunContext, Source
-from engine.agent import Agent
-from engine.providers import DeltaCallback, ModelError, ModelRequest
+from engine._errors import FailureStage, Partial, RunError
+from engine._ledger import LedgerLike
+from engine._values import (
+    Guard,
+    Hit,
+    RequestOptions,
+    Result,
+    Retriever,
+    RunContext,
+    Source,
+    context_block,
+    model_request,
+)
+from engine.providers import DeltaCallback, Model, ModelError
 from engine.tools import Canceled, Outcome
 from store import (
     ChatledgerError,
     HistoryError,
+    HistoryProcessor,
     InvalidInputError,
     Message,
     NewEvent,
@@ -45,12 +55,14 @@ from store import (
     normalize_history,
     sanitize_history,
 )
-from store._repair import no_result
+from store.history import ModelView, instructions_digest, model_view, no_result
 from store.ids import is_id, new_id
 
-__all__ = ["Run"]
+__all__ = ["Run", "RunAgent"]
 
-_CANCELED = ("canceled", "disconnect")
+T = TypeVar("T")
+
+_CANCELED: tuple[FailureStage, ...] = ("canceled", "disconnect")
 # What the ledger refuses because of the caller's request, not a failure.
 _REFUSALS = (NotFoundError, ResumeConflictError, RunStateError, InvalidInputError)
 
@@ -67,13 +79,51 @@ class _ToolsExhausted(Exception):
     """The model kept making invalid calls past the agent's bound."""
 
 
+class _RequestsExhausted(Exception):
+    """The run reached the agent's bound on model requests."""
+
+
+class RunAgent(RequestOptions, Protocol):
+    """What a run reads of its agent (an `engine.Agent` is one).
+
+    A Protocol, so that the run loop never imports `engine.agent`, which
+    imports it.
+    """
+
+    @property
+    def model(self) -> Model: ...
+
+    @property
+    def history_processor(self) -> HistoryProcessor | None: ...
+
+    @property
+    def guard(self) -> Guard | None: ...
+
+    @property
+    def retriever(self) -> Retriever | None: ...
+
+    @property
+    def max_requests(self) -> int: ...
+
+    @property
+    def max_invalid_calls(self) -> int: ...
+
+    async def resolve_instructions(self, context: RunContext) -> str: ...
+
+
 class Run:
-    """The state of one run while it executes."""
+    """The state of one run while it executes.
+
+    `ledger` is the ledger as it is: a call on it raises what the ledger
+    raises, for the failure path to handle. The run's own steps go through
+    `_store_step`, which turns a ledger failure into a failure at stage
+    `store`.
+    """
 
     def __init__(
         self,
-        agent: Agent,
-        ledger: Any,
+        agent: RunAgent,
+        ledger: LedgerLike,
         prompt: str,
         conversation_id: str | None,
         history: Sequence[tuple[str, str]] | Sequence[Message] | None,
@@ -86,7 +136,7 @@ class Run:
     ) -> None:
         self.agent = agent
         self.resumes = resumes
-        self.log = LedgerCalls(ledger)
+        self.ledger = ledger
         self.prompt = prompt
         self.explicit_conversation_id = conversation_id
         self.supplied = _supplied(history)
@@ -99,7 +149,8 @@ class Run:
         self.conversation_id = ""
         self.cursor: RunCursor | None = None
         self.lock = asyncio.Lock()
-        self.stage = "store"
+        self.stage: FailureStage = "store"
+        self.instructions = ""
         self.turns: list[Message] = []
         self.sources: list[Source] = []
         self.usage = Usage()
@@ -115,8 +166,8 @@ class Run:
         try:
             await self._open()
             heartbeat = asyncio.create_task(self._heartbeat())
-            context = await self._context()
-            await self._loop(context)
+            view = await self._view()
+            await self._loop(view)
             return await self._complete()
         except RunError:
             raise
@@ -141,11 +192,11 @@ class Run:
             await asyncio.sleep(interval)
             assert self.cursor is not None
             try:
-                await self.log("renew_lease", self.cursor, self.lease_seconds)
+                await self.ledger.renew_lease(self.cursor, self.lease_seconds)
             except ChatledgerError:
                 return  # lost: the run's next append is refused and reports it
 
-    def _classify(self, error: BaseException) -> tuple[str, BaseException]:
+    def _classify(self, error: BaseException) -> tuple[FailureStage, BaseException]:
         """The stage a failure belongs to, and the error to report."""
         if isinstance(error, Canceled):
             return "canceled", error
@@ -159,6 +210,8 @@ class Run:
             return "processor", error
         if isinstance(error, _ToolsExhausted):
             return "tool", error
+        if isinstance(error, _RequestsExhausted):
+            return "limit", error
         return self.stage, error
 
     async def _guard(self) -> None:
@@ -194,49 +247,52 @@ class Run:
         # raise the store's NotFoundError here, before anything is written.
         explicit = self.explicit_conversation_id
         if explicit is not None:
-            await self._ledger("conversation", explicit)
+            await self._store_step(self.ledger.conversation(explicit))
             self.conversation_id = explicit
         else:
-            self.conversation_id = (await self._ledger("create_conversation")).id
+            self.conversation_id = (await self._store_step(self.ledger.create_conversation())).id
         if self.supplied is not None:
             sanitized, _ = sanitize_history(self.supplied)
             if explicit is not None:
                 # The caller chose this conversation, and its history is the
                 # truth for this run: it goes on an edit branch from the
                 # conversation's start.
-                await self._ledger("move_head", self.conversation_id, 1)
+                await self._store_step(self.ledger.move_head(self.conversation_id, 1))
             if sanitized:
-                await self._ledger("append_messages", self.conversation_id, sanitized)
+                await self._store_step(self.ledger.append_messages(self.conversation_id, sanitized))
         self.instructions = await self.agent.resolve_instructions(
             RunContext(self.run_id, self.conversation_id, self.prompt)
         )
         # The prompt is recorded with run.started, in one transaction, so a
         # run never exists without the prompt it answers.
         self.prompt_message = self._stamp(Message(role="user", content=self.prompt))
-        self.cursor = await self._ledger(
-            "start_run",
-            self.conversation_id,
-            owner=self.owner,
-            run_id=self.run_id,
-            model=self.agent.model.name,
-            instructions_digest=self.agent.digest(self.instructions),
-            lease_seconds=self.lease_seconds,
-            events=[NewEvent.of_message(self.prompt_message, origin="client")],
+        self.cursor = await self._store_step(
+            self.ledger.start_run(
+                self.conversation_id,
+                owner=self.owner,
+                run_id=self.run_id,
+                model=self.agent.model.name,
+                instructions_digest=instructions_digest(self.instructions),
+                lease_seconds=self.lease_seconds,
+                events=[NewEvent.of_message(self.prompt_message, origin="client")],
+            )
         )
 
     async def _open_resume(self) -> None:
         """Continue a failed run on a resume branch at its partial's cut."""
-        failed = await self._ledger("run", self.resumes)
+        assert self.resumes is not None
+        failed = await self._store_step(self.ledger.run(self.resumes))
         self.conversation_id = failed.conversation_id
         at = Position(failed.branch_id, failed.position)
-        partial = await self._ledger("history", self.conversation_id, at=at, repaired=False)
+        partial = await self._store_step(
+            self.ledger.history(self.conversation_id, at=at, repaired=False)
+        )
         prompt = next((m for m in reversed(partial) if m.role == "user"), None)
         if prompt is None:
             raise HistoryError(
                 f"Run '{failed.id}' recorded no prompt, so there is nothing to resume."
             )
         self.prompt = prompt.text
-        self.resumed_prompt: Message | None = prompt
         # The guard screens the resumed prompt as it screens any prompt: the
         # resume may run under another agent, or another guard, than the
         # failed run did. A rejection writes nothing: no resume branch exists,
@@ -245,22 +301,25 @@ class Run:
         self.instructions = await self.agent.resolve_instructions(
             RunContext(self.run_id, self.conversation_id, self.prompt)
         )
-        self.cursor = await self._ledger(
-            "start_run",
-            self.conversation_id,
-            owner=self.owner,
-            run_id=self.run_id,
-            resumes=failed.id,
-            model=self.agent.model.name,
-            instructions_digest=self.agent.digest(self.instructions),
-            lease_seconds=self.lease_seconds,
+        self.cursor = await self._store_step(
+            self.ledger.start_run(
+                self.conversation_id,
+                owner=self.owner,
+                run_id=self.run_id,
+                resumes=failed.id,
+                model=self.agent.model.name,
+                instructions_digest=instructions_digest(self.instructions),
+                lease_seconds=self.lease_seconds,
+            )
         )
 
-    async def _context(self) -> list[Message]:
-        """The model's view: instructions, then the processed, repaired history."""
+    async def _view(self) -> ModelView:
+        """The model's view: instructions and context, then the processed, repaired history."""
         assert self.cursor is not None
         at = Position(self.cursor.branch_id, self.cursor.position)
-        replayed = await self._ledger("history", self.conversation_id, at=at, repaired=False)
+        replayed = await self._store_step(
+            self.ledger.history(self.conversation_id, at=at, repaired=False)
+        )
         # The prompt is the last user message of the run's own lineage: the one
         # recorded with run.started, or for a resume the failed run's (whose
         # dangling calls repair answers, so the model may call again).
@@ -272,36 +331,23 @@ class Run:
             hits = list(await _maybe_await(self.agent.retriever(self.prompt)))
             self.sources += [Source("retrieval", h.id) for h in hits]
         self.stage = "processor"
-        history = [m for m in replayed if m.role != "system"]
-        if self.agent.history_processor is not None:
-            after = len(history) - 1 - max(i for i, m in enumerate(history) if m.role == "user")
-            history = self.agent.history_processor(history)
-            if not _keeps_the_prompt(history, after):
-                raise HistoryError(
-                    "The history processor dropped the current prompt, which must stay the "
-                    "final user message. Make the processor keep the newest messages."
-                )
-        history, _ = normalize_history(history)
-        system = "\n\n".join(p for p in (self.instructions, _context_block(hits)) if p)
-        return ([Message(role="system", content=system)] if system else []) + history
+        return model_view(
+            replayed,
+            instructions=self.instructions,
+            context=context_block(hits),
+            processor=self.agent.history_processor,
+        )
 
-    async def _loop(self, context: list[Message]) -> None:
+    async def _loop(self, view: ModelView) -> None:
         model = self.agent.model
-        specs = [t.spec for t in self.agent.tools.values()]
         while True:
             if self.requests >= self.agent.max_requests:
-                self.stage = "limit"
-                raise RuntimeError(
+                raise _RequestsExhausted(
                     f"The run made {self.requests} model requests, the agent's bound; "
                     f"raise max_requests if the task needs more."
                 )
             number = self.requests + 1
-            request = ModelRequest(
-                messages=[_unstamped(m) for m in (*context, *self.turns)],
-                tools=specs,
-                tool_choice=self.agent.tool_choice if specs else None,
-                settings=self.agent.settings,
-            )
+            request = model_request(self.agent, view.messages(self.turns))
             self.stage = "model"
             prepared = model.prepare(request, stream=self.on_delta is not None)
             await self._record(
@@ -378,17 +424,18 @@ class Run:
     async def _complete(self) -> Result:
         assert self.cursor is not None
         self.stage = "store"
-        await self._ledger(
-            "complete_run",
-            self.cursor,
-            usage=self.usage,
-            request_count=self.requests,
-            tool_count=self.tools_run,
+        await self._store_step(
+            self.ledger.complete_run(
+                self.cursor,
+                usage=self.usage,
+                request_count=self.requests,
+                tool_count=self.tools_run,
+            )
         )
         return await self._result()
 
     async def _result(self) -> Result:
-        messages = await self._ledger("history", self.conversation_id)
+        messages = await self._store_step(self.ledger.history(self.conversation_id))
         output = next((m.text for m in reversed(self.turns) if m.role == "assistant"), "")
         return Result(
             run_id=self.run_id,
@@ -404,9 +451,16 @@ class Run:
 
     # -- recording ----------------------------------------------------------------------
 
-    async def _ledger(self, method: str, *args: Any, **kwargs: Any) -> Any:
+    async def _store_step(self, call: Awaitable[T]) -> T:
+        """Await a ledger call that is a step of the run; its failure is the run's, at stage `store`.
+
+        A refusal of the caller's request (an unknown conversation, a run
+        already resumed, ...) passes through as the ledger raised it, and
+        the failure path (`_fail`) calls `self.ledger` directly, since it
+        handles the ledger's errors itself.
+        """
         try:
-            return await self.log(method, *args, **kwargs)
+            return await call
         except _REFUSALS:
             raise
         except ChatledgerError as error:
@@ -420,7 +474,9 @@ class Run:
         """
         async with self.lock:
             assert self.cursor is not None
-            append = asyncio.ensure_future(self._ledger("record", self.cursor, events))
+            append = asyncio.ensure_future(
+                self._store_step(self.ledger.record(self.cursor, events))
+            )
             try:
                 _, self.cursor = await asyncio.shield(append)
             except asyncio.CancelledError:
@@ -444,13 +500,15 @@ class Run:
 
     # -- failure --------------------------------------------------------------------------
 
-    async def _fail(self, stage: str, error: BaseException, canceled: bool = False) -> RunError:
+    async def _fail(
+        self, stage: FailureStage, error: BaseException, canceled: bool = False
+    ) -> RunError:
         """Record the failure and build the RunError with the partial read from the log."""
         text = str(error) or type(error).__name__
         if self.cursor is None:
             try:
                 # start_run may have committed although its answer was lost.
-                run = await self.log("run", self.run_id)
+                run = await self.ledger.run(self.run_id)
             except ChatledgerError:
                 return self._error(stage, text, None)
             if run.lease_owner != self.owner:
@@ -461,19 +519,18 @@ class Run:
         try:
             if canceled:
                 await self._close_unanswered()
-            run = await self.log("run", self.run_id)
+            run = await self.ledger.run(self.run_id)
             if run.status == "completed":
                 # The completion committed although its acknowledgement was lost.
                 raise _Completed()
-            events = await self.log("events", run_id=self.run_id)
+            events = await self.ledger.events(run_id=self.run_id)
             responded = [e for e in events if e.kind == "model.responded"]
             usage = sum((Usage.model_validate(e.payload["usage"]) for e in responded), Usage())
             tools = sum(1 for e in events if e.kind == "tool.finished")
             position = run.position
             if run.status == "running":
                 cursor = replace(self.cursor, position=run.position)
-                await self.log(
-                    "fail_run",
+                await self.ledger.fail_run(
                     cursor,
                     stage=stage,
                     # An exception's text may hold a NUL, which no text column takes.
@@ -487,7 +544,7 @@ class Run:
             partial = None
             if responded:
                 at = Position(self.cursor.branch_id, position)
-                messages = await self.log("history", self.conversation_id, at=at)
+                messages = await self.ledger.history(self.conversation_id, at=at)
                 partial = Partial(messages, usage, len(responded), tools)
         except _Completed:
             raise
@@ -513,7 +570,7 @@ class Run:
         messages, _ = normalize_history([self.prompt_message, *self.turns])
         return Partial(messages, self.usage, self.requests, self.tools_run)
 
-    def _error(self, stage: str, text: str, partial: Partial | None) -> RunError:
+    def _error(self, stage: FailureStage, text: str, partial: Partial | None) -> RunError:
         kept = "its partial is kept beyond the head" if partial else "no model turn completed"
         return RunError(
             f"Run '{self.run_id}' of conversation '{self.conversation_id}' stopped at stage "
@@ -539,48 +596,6 @@ def _supplied(
     if all(isinstance(m, Message) for m in items):
         return items  # type: ignore[return-value]
     return from_pairs(items)  # type: ignore[arg-type]
-
-
-def _after_last_user(history: Sequence[Message]) -> int | None:
-    """How many messages follow the last user message, or None when there is none."""
-    for back, message in enumerate(reversed(history)):
-        if message.role == "user":
-            return back
-    return None
-
-
-def _keeps_the_prompt(processed: Sequence[Message], after: int) -> bool:
-    """Whether a processor's output still ends with the current prompt.
-
-    The prompt is the final user message of the history handed to the
-    processor, followed by `after` messages: none, except on a resume, where
-    the failed run's completed turns follow it. A processor may copy, redact
-    or rebuild any message, the prompt included, so the prompt cannot be
-    found by identity or by equality, only by its place: the output's last
-    user message must be followed by no more than `after` messages (fewer is
-    fine: a processor may drop tool traffic). A processor that drops the
-    prompt leaves an earlier user message as the last, followed by at least
-    its answer and whatever followed the prompt, so it fails; the one drop
-    the shape cannot see is of a prompt that directly follows another user
-    message, which then stands in for it.
-    """
-    kept = _after_last_user(processed)
-    return kept is not None and kept <= after
-
-
-def _unstamped(message: Message) -> Message:
-    # Run and conversation ids are bookkeeping, not content: the model never
-    # sees them, so identical conversations make byte-identical requests.
-    if message.run_id is None and message.conversation_id is None:
-        return message
-    return message.model_copy(update={"run_id": None, "conversation_id": None})
-
-
-def _context_block(hits: list[Hit]) -> str:
-    if not hits:
-        return ""
-    lines = [f"[{h.id}] {h.text}" for h in hits]
-    return "Context retrieved for this request:\n" + "\n".join(lines)
 
 
 async def _maybe_await(value: Any) -> Any:

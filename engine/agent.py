@@ -14,22 +14,19 @@ a failed run raises `RunError` carrying it.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import inspect
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from engine._values import Hit, Result, RunContext, Source
+from engine._ledger import as_async
+from engine._run import Run
+from engine._values import Guard, Hit, Instructions, Result, Retriever, RunContext, Source
 from engine.providers import DeltaCallback, Model
 from engine.tools import Tool
-from store import HistoryProcessor, Message
+from store import AsyncLedger, HistoryProcessor, Ledger, Message
+from store.history import instructions_digest
 
 __all__ = ["Agent", "Hit", "Result", "RunContext", "Source"]
-
-
-Instructions = Callable[[RunContext], str | Awaitable[str]]
-Guard = Callable[[str], Awaitable[None] | None]
-Retriever = Callable[[str], Iterable[Hit] | Awaitable[Iterable[Hit]]]
 
 
 class Agent:
@@ -94,12 +91,12 @@ class Agent:
 
     @staticmethod
     def digest(instructions: str) -> str:
-        """The sha256 of the instructions, recorded in `run.started`."""
-        return hashlib.sha256(instructions.encode("utf-8")).hexdigest()
+        """The sha256 of the instructions, recorded in `run.started` (`instructions_digest`)."""
+        return instructions_digest(instructions)
 
     async def run_async(
         self,
-        ledger: Any,
+        ledger: Ledger | AsyncLedger,
         prompt: str,
         conversation_id: str | None = None,
         *,
@@ -125,15 +122,13 @@ class Agent:
                 this tenant (the store's own error, not wrapped: the request
                 was refused before a run began).
         """
-        from engine._run import Run
-
         return await Run(
-            self, ledger, prompt, conversation_id, history, run_id, owner, lease_seconds
+            self, as_async(ledger), prompt, conversation_id, history, run_id, owner, lease_seconds
         ).execute()
 
     async def run_stream_async(
         self,
-        ledger: Any,
+        ledger: Ledger | AsyncLedger,
         prompt: str,
         conversation_id: str | None = None,
         *,
@@ -144,11 +139,9 @@ class Agent:
         lease_seconds: float = 60.0,
     ) -> Result:
         """`run_async`, streaming each model response's deltas to `on_delta`."""
-        from engine._run import Run
-
         return await Run(
             self,
-            ledger,
+            as_async(ledger),
             prompt,
             conversation_id,
             history,
@@ -160,7 +153,7 @@ class Agent:
 
     async def run_with_history_async(
         self,
-        ledger: Any,
+        ledger: Ledger | AsyncLedger,
         history: Sequence[Message],
         prompt: str,
         conversation_id: str | None = None,
@@ -179,15 +172,13 @@ class Agent:
         since the caller's history is the truth for this run; without it, the
         run opens a new conversation.
         """
-        from engine._run import Run
-
         return await Run(
-            self, ledger, prompt, conversation_id, list(history), run_id, owner, 60.0
+            self, as_async(ledger), prompt, conversation_id, list(history), run_id, owner, 60.0
         ).execute()
 
     async def resume_async(
         self,
-        ledger: Any,
+        ledger: Ledger | AsyncLedger,
         run_id: str,
         *,
         owner: str = "agent",
@@ -209,30 +200,36 @@ class Agent:
         rejection raises `RunError` at stage `guard` and writes nothing, so
         the failed run can still be resumed later.
         """
-        from engine._run import Run
-
         return await Run(
-            self, ledger, "", None, None, new_run_id, owner, lease_seconds, resumes=run_id
+            self, as_async(ledger), "", None, None, new_run_id, owner, lease_seconds, resumes=run_id
         ).execute()
 
-    def resume(self, ledger: Any, run_id: str, **options: Any) -> Result:
+    def resume(self, ledger: Ledger | AsyncLedger, run_id: str, **options: Any) -> Result:
         """`resume_async` for scripts and jobs."""
         return asyncio.run(self.resume_async(ledger, run_id, **options))
 
     def run(
-        self, ledger: Any, prompt: str, conversation_id: str | None = None, **options: Any
+        self,
+        ledger: Ledger | AsyncLedger,
+        prompt: str,
+        conversation_id: str | None = None,
+        **options: Any,
     ) -> Result:
         """`run_async` for scripts and jobs (not inside a running event loop)."""
         return asyncio.run(self.run_async(ledger, prompt, conversation_id, **options))
 
     def run_stream(
-        self, ledger: Any, prompt: str, conversation_id: str | None = None, **options: Any
+        self,
+        ledger: Ledger | AsyncLedger,
+        prompt: str,
+        conversation_id: str | None = None,
+        **options: Any,
     ) -> Result:
         """`run_stream_async` for scripts and jobs."""
         return asyncio.run(self.run_stream_async(ledger, prompt, conversation_id, **options))
 
     def run_with_history(
-        self, ledger: Any, history: Sequence[Message], prompt: str, **options: Any
+        self, ledger: Ledger | AsyncLedger, history: Sequence[Message], prompt: str, **options: Any
     ) -> Result:
         """`run_with_history_async` for scripts and jobs."""
         return asyncio.run(self.run_with_history_async(ledger, history, prompt, **options))

@@ -21,8 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from engine._run import _context_block
-from engine._values import Hit
+from engine._values import Hit, context_block, model_request
 from engine.agent import Agent
 from engine.providers import ModelRequest, PreparedRequest
 from store import AsyncLedger, InvalidInputError, Ledger, RecordedRequest
@@ -58,13 +57,7 @@ class RequestCheck:
 
 def check_request(recorded: RecordedRequest, agent: Agent) -> RequestCheck:
     """Prepare `recorded` with `agent`'s model and tools, and compare digests. Pure: no I/O."""
-    specs = [t.spec for t in agent.tools.values()]
-    request = ModelRequest(
-        messages=list(recorded.messages),
-        tools=specs,
-        tool_choice=agent.tool_choice if specs else None,
-        settings=agent.settings,
-    )
+    request = model_request(agent, recorded.messages)
     # The log does not say whether the request was streamed, which changes the
     # body (`"stream": true`): both forms are tried.
     bodies = [agent.model.prepare(request, stream=stream) for stream in (False, True)]
@@ -94,7 +87,7 @@ def rebuild_request(
         run_id,
         request,
         instructions=_instructions(agent, instructions),
-        context=_context_block(list(hits)),
+        context=context_block(hits),
         history_processor=agent.history_processor,
     )
     return check_request(recorded, agent)
@@ -114,7 +107,7 @@ async def rebuild_request_async(
         run_id,
         request,
         instructions=_instructions(agent, instructions),
-        context=_context_block(list(hits)),
+        context=context_block(hits),
         history_processor=agent.history_processor,
     )
     return check_request(recorded, agent)

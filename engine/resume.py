@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 from dataclasses import dataclass, field
 from typing import Literal
@@ -78,8 +79,6 @@ class ResumeWorker:
         max_attempts: int = 3,
         protected_tools: set[str] | frozenset[str] = frozenset(),
     ) -> None:
-        import os
-
         self.agent = agent
         self.store = store
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}"

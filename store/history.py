@@ -1,4 +1,4 @@
-"""Pure history algorithms: repair, sanitize, trim, budget, identity.
+"""Pure history algorithms: repair, sanitize, trim, budget, the model's view, identity.
 
 Every function here is deterministic and side-effect free: no I/O, no clock,
 no randomness (the one exception is `resolve_conversation_id`, which mints a
@@ -14,12 +14,17 @@ a new list). Each runs in time linear in the length of the history.
 - `trim_history` and `budget_history` build history processors that keep the
   newest messages, bounded by a count or a token budget, cut where a request
   can start.
+- `model_view` is what the model sees of a run: the system message, then the
+  processed, repaired history, then the run's own turns. The engine builds
+  every request with it and the audit rebuilds every request with it, so the
+  two cannot disagree; `instructions_digest` is the hash `run.started` keeps.
 - `resolve_conversation_id` and `from_pairs` are the identity and flat-history
   helpers of the engine.
 """
 
 from __future__ import annotations
 
+import hashlib
 import reprlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -29,16 +34,20 @@ from store import _repair
 from store._errors import HistoryError, InvalidInputError
 from store._tokens import approximate_tokens, tiktoken_counter
 from store.ids import new_id
-from store.messages import Message, UrlPart
+from store.messages import Message, ToolCall, UrlPart
 
 __all__ = [
     "HistoryProcessor",
     "HistoryRepair",
+    "ModelView",
     "SanitizeReport",
     "UnsafePart",
     "approximate_tokens",
     "budget_history",
     "from_pairs",
+    "instructions_digest",
+    "model_view",
+    "no_result",
     "normalize_history",
     "resolve_conversation_id",
     "sanitize_history",
@@ -374,6 +383,140 @@ def budget_history(counter: Callable[[Message], int] | None, max_tokens: int) ->
         return history[cut:]
 
     return budget
+
+
+# --- what the model sees --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelView:
+    """What the model sees of a run: the fixed start of each of its requests.
+
+    Built once per run by `model_view`; each request of the run is
+    `messages(turns)` with the turns the run recorded before it.
+
+    Attributes:
+        head: The system message (when there is one), then the processed,
+            repaired history, without run and conversation stamps.
+        repair: What repair changed in the processed history; its indexes
+            refer to the processor's output.
+    """
+
+    head: list[Message]
+    repair: HistoryRepair
+
+    def messages(self, turns: Sequence[Message]) -> list[Message]:
+        """The messages of a request: the head, then the run's `turns` so far, unstamped.
+
+        The turns are the run's own model turns and tool results, in the order
+        recorded; they are not processed or repaired (each completed turn's
+        calls are answered before the next request).
+        """
+        return [*self.head, *(_unstamped(m) for m in turns)]
+
+
+def model_view(
+    replayed: Sequence[Message],
+    *,
+    instructions: str,
+    context: str,
+    processor: HistoryProcessor | None,
+) -> ModelView:
+    """The model's view of a run: the one rule for what every request of it holds.
+
+    The engine builds its requests with it and the audit rebuilds them with
+    it, so a rebuilt request equals the one sent, failures included. The steps:
+
+    1. drop the system messages of `replayed` (instructions come from the
+       agent, never from history);
+    2. apply `processor` (e.g. `trim_history(50)`), whose output must still
+       end with the prompt: its last user message may be followed by no more
+       messages than followed the prompt (none, except on a resume, where the
+       failed run's completed turns follow it); else `HistoryError`;
+    3. repair the pairing of calls and results (`normalize_history`);
+    4. put first a system message of `instructions`, then `context`, joined
+       by a blank line (none when both are empty);
+    5. remove run and conversation stamps: they are bookkeeping the model never
+       sees, so identical conversations make byte-identical requests.
+
+    Deterministic, with no I/O, as long as `processor` is.
+
+    Args:
+        replayed: The run's lineage up to its first request, unrepaired:
+            the history at its base and the prompt (on a resume, the failed
+            run's partial).
+        instructions: The instructions the run resolved.
+        context: Text for the system message after the instructions (the
+            engine's retrieval context), or `""`.
+        processor: The agent's history processor, if it has one.
+
+    Returns:
+        The `ModelView`: its `head` and the `repair` report.
+
+    Raises:
+        HistoryError: the processor dropped the prompt (or raised it itself).
+    """
+    history = [m for m in replayed if m.role != "system"]
+    if processor is not None:
+        after = _after_last_user(history)
+        history = processor(history)
+        if after is not None and not _keeps_the_prompt(history, after):
+            raise HistoryError(
+                "The history processor dropped the current prompt, which must stay the "
+                "final user message. Make the processor keep the newest messages."
+            )
+    history, repair = normalize_history(history)
+    system = "\n\n".join(p for p in (instructions, context) if p)
+    head = [Message(role="system", content=system)] if system else []
+    return ModelView([*head, *(_unstamped(m) for m in history)], repair)
+
+
+def instructions_digest(instructions: str) -> str:
+    """The sha256 of a run's instructions (UTF-8, hex), as `run.started` records it."""
+    return hashlib.sha256(instructions.encode("utf-8")).hexdigest()
+
+
+def no_result(call: ToolCall) -> Message:
+    """The neutral result repair gives `call` when none was recorded.
+
+    Its text is fixed and states that no outcome was recorded, not a failure,
+    so the model may call the tool again.
+    """
+    return _repair.no_result(call)
+
+
+def _after_last_user(history: Sequence[Message]) -> int | None:
+    """How many messages follow the last user message, or None when there is none."""
+    for back, message in enumerate(reversed(history)):
+        if message.role == "user":
+            return back
+    return None
+
+
+def _keeps_the_prompt(processed: Sequence[Message], after: int) -> bool:
+    """Whether a processor's output still ends with the current prompt.
+
+    The prompt is the final user message of the history handed to the
+    processor, followed by `after` messages. A processor may copy, redact or
+    rebuild any message, the prompt included, so the prompt cannot be found by
+    identity or by equality, only by its place: the output's last user
+    message must be followed by no more than `after` messages (fewer is fine:
+    a processor may drop tool traffic). A processor that drops the prompt
+    leaves an earlier user message as the last, followed by at least its
+    answer and whatever followed the prompt, so it fails; the one drop the
+    shape cannot see is of a prompt that directly follows another user
+    message, which then stands in for it.
+    """
+    kept = _after_last_user(processed)
+    return kept is not None and kept <= after
+
+
+def _unstamped(message: Message) -> Message:
+    # Run and conversation ids are bookkeeping, not content: the model never
+    # sees them, so identical conversations make byte-identical requests.
+    if message.run_id is None and message.conversation_id is None:
+        return message
+    return message.model_copy(update={"run_id": None, "conversation_id": None})
 
 
 # --- identity and flat history ---------------------------------------------------------

@@ -24,7 +24,6 @@ docs/audit.md shows the plain SQL behind each query and the index it uses.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -53,8 +52,8 @@ from store._values import (
     ToolExecution,
     ToolStatus,
 )
-from store.history import HistoryProcessor, normalize_history
-from store.messages import Message, load_messages
+from store.history import HistoryProcessor, instructions_digest, model_view
+from store.messages import load_messages
 from store.schema import branches, conversations, events, runs
 
 __all__ = [
@@ -194,12 +193,10 @@ def model_request(
     turns = load_messages(
         projector.message_payloads(conn, _clip(segments, first + 1, wanted.position - 1))
     )
-    history = [m for m in replayed if m.role != "system"]
-    if history_processor is not None:
-        history = history_processor(history)
-    history, repair = normalize_history(history)
-    system = "\n\n".join(p for p in (instructions, context) if p)
-    head = [Message(role="system", content=system)] if system else []
+    # The engine's own rule, so the rebuild fails where the run failed.
+    view = model_view(
+        replayed, instructions=instructions, context=context, processor=history_processor
+    )
     return RecordedRequest(
         run_id=run.id,
         conversation_id=run.conversation_id,
@@ -207,8 +204,8 @@ def model_request(
         digest=str(wanted.payload.get("digest")),
         model=started.payload.get("model"),
         recorded_at=wanted.recorded_at,
-        messages=[_unstamped(m) for m in (*head, *history, *turns)],
-        repair=repair,
+        messages=view.messages(turns),
+        repair=view.repair,
     )
 
 
@@ -409,20 +406,13 @@ def _clip(segments: Sequence[projector.Segment], first: int, last: int) -> list[
     return clipped
 
 
-def _unstamped(message: Message) -> Message:
-    # As the engine sends them: run and conversation ids are bookkeeping.
-    if message.run_id is None and message.conversation_id is None:
-        return message
-    return message.model_copy(update={"run_id": None, "conversation_id": None})
-
-
 def _check_instructions(run_id: str, recorded: Any, instructions: str) -> None:
     if not isinstance(instructions, str):
         raise InvalidInputError(
             f"instructions must be the text of the run's instructions, not "
             f"{type(instructions).__name__}."
         )
-    digest = hashlib.sha256(instructions.encode("utf-8")).hexdigest()
+    digest = instructions_digest(instructions)
     if recorded is None and instructions:
         raise InvalidInputError(
             f"Run '{run_id}' recorded no instructions digest (it was not started by the "
