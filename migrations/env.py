@@ -13,7 +13,7 @@ from typing import Any
 from alembic import context
 from sqlalchemy.engine import Connection
 
-from store._sql.dialect import create_engine, normalize_url
+from store._sql.dialect import create_engine
 from store.schema import metadata
 
 VERSION_TABLE = "chatledger_alembic_version"
@@ -43,7 +43,8 @@ connection = context.config.attributes.get("connection")
 if connection is not None:
     run(connection)
 else:
-    engine = create_engine(normalize_url(context.config.get_main_option("sqlalchemy.url")))
+    # The URL is read as Store.open reads it: none means CHATLEDGER_DATABASE_URL.
+    engine = create_engine(context.config.get_main_option("sqlalchemy.url"))
     with engine.connect() as conn:
         run(conn)
         conn.commit()

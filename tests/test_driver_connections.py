@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from store._sql.dialect import DriverConnections, create_engine, cut_off, normalize_url
-from tests.conftest import _libpq
+from tests.conftest import _libpq, postgres_admin_url
 
 
 @pytest.fixture
@@ -140,5 +140,20 @@ def test_a_connection_that_breaks_in_use_is_closed_quietly(
     assert seen[0].closed
     assert [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info] == []
     assert connections.run(False, lambda c: 1) == (True, 1)
+    connections.close()
+    engine.dispose()
+
+
+def test_a_connection_that_cannot_be_opened_fails_wrapped_as_the_pool_reports_it() -> None:
+    # Errors of a connection in use come unwrapped; one that never opened is
+    # wrapped, so store/_sql/translate.py tells "cannot reach" from "broke".
+    refused = sa.make_url(postgres_admin_url()).set(host="127.0.0.1", port=1)
+    engine = create_engine(refused)
+    connections = DriverConnections(engine, size=1)
+    for _ in range(2):  # the second try shows the slot came back
+        with pytest.raises(sa.exc.OperationalError) as caught:
+            connections.run(False, lambda cursor: 1)
+        assert isinstance(caught.value.orig, psycopg.OperationalError)
+        assert not caught.value.connection_invalidated
     connections.close()
     engine.dispose()

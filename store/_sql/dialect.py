@@ -1,6 +1,18 @@
-"""What differs between SQLite and Postgres: setup, clocks, locking, JSON and commit order.
+"""What differs between SQLite and Postgres, as far as setting up and writing SQL go.
 
-Logic never branches on the dialect outside this module.
+This module holds the database URL (`database_url`: which database, which
+driver), the engine and its connection settings (`create_engine`, the SQLite
+hooks), the store's own driver connections (`DriverConnections`), and the
+SQL fragments that are spelled differently per dialect: clocks, row locks,
+JSON fields, time values and commit order; code elsewhere calls these
+rather than spelling them itself.
+
+Logic does branch on the dialect outside this module, wherever a dialect
+has SQL of its own: the one-statement fast paths of the append and of the
+history read (`store/_sql/append.py`, `store/_sql/projector.py`), verify's
+in-SQL recompute (`store/_sql/verify.py`), the claim of stale runs (`SKIP
+LOCKED` on Postgres, `store/_sql/runs.py`), and the faces and
+`store/_sql/ops.py`, which pick the fast path that fits the database.
 
 SQLite: write transactions begin with `BEGIN IMMEDIATE`, because a deferred
 transaction that reads and then upgrades to a write fails at once with
@@ -26,10 +38,12 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ColumnElement
+
+from store._errors import InvalidInputError
 
 T = TypeVar("T")
 
@@ -41,6 +55,7 @@ __all__ = [
     "commit_order",
     "create_engine",
     "cut_off",
+    "database_url",
     "db_now",
     "db_now_plus",
     "for_update",
@@ -62,13 +77,62 @@ WRITE = "chatledger_write"
 Durability = Literal["full", "normal"]
 
 
+def database_url(url: str | URL | None) -> URL:
+    """The SQLAlchemy URL to use: `url`, else `CHATLEDGER_DATABASE_URL`, else the default.
+
+    `postgresql://` and `postgres://` URLs get psycopg 3, the Postgres driver
+    chatledger ships with. A URL that cannot be parsed, or that is for a
+    database other than Postgres or SQLite, raises `InvalidInputError`.
+    """
+    where = ""
+    if not url:
+        url = os.environ.get("CHATLEDGER_DATABASE_URL")
+        where = " (from CHATLEDGER_DATABASE_URL)" if url else ""
+    try:
+        parsed = sa.make_url(url or DEFAULT_URL)
+    except sa_exc.ArgumentError as error:
+        # The text is not shown: it may hold a password.
+        raise InvalidInputError(
+            f"The database URL{where} cannot be read as a URL. {_URL_FORMS}"
+        ) from error
+    except ValueError as error:  # SQLAlchemy reads the port with int()
+        raise InvalidInputError(
+            f"The port in the database URL{where} is not a number. Write it in digits "
+            f"(`postgresql://user@host:5432/database`), or leave it out for the default."
+        ) from error
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    elif parsed.get_backend_name() == "postgres":  # the old alias, with a driver named
+        parsed = parsed.set(drivername=f"postgresql+{parsed.get_driver_name()}")
+    if parsed.get_backend_name() not in ("postgresql", "sqlite"):
+        raise InvalidInputError(
+            f"The database URL{where} {_shown(parsed)} is for "
+            f"'{parsed.get_backend_name()}', but chatledger stores its log in "
+            f"PostgreSQL or SQLite. {_URL_FORMS}"
+        )
+    try:
+        parsed.get_dialect()
+    except sa_exc.NoSuchModuleError as error:
+        raise InvalidInputError(
+            f"The database URL{where} {_shown(parsed)} names '{parsed.drivername}', "
+            f"a driver SQLAlchemy does not know. Leave the driver out (`postgresql://` "
+            f"uses psycopg 3), or name one that SQLAlchemy supports."
+        ) from error
+    return parsed
+
+
 def normalize_url(url: str | None) -> str:
-    """The SQLAlchemy URL to use: the argument, `CHATLEDGER_DATABASE_URL`, or the default."""
-    url = url or os.environ.get("CHATLEDGER_DATABASE_URL") or DEFAULT_URL
-    if url.startswith(("postgresql://", "postgres://")):
-        # psycopg 3 is the Postgres driver chatledger ships with.
-        url = "postgresql+psycopg://" + url.split("://", 1)[1]
-    return url
+    """`database_url(url)` as a string, password included."""
+    return database_url(url).render_as_string(hide_password=False)
+
+
+_URL_FORMS = (
+    "Write it as `postgresql://user:password@host:port/database` or `sqlite:///path/to/file.db`."
+)
+
+
+def _shown(url: URL) -> str:
+    return f"'{url.render_as_string(hide_password=True)}'"
 
 
 def is_sqlite(bind: Engine | Connection) -> bool:
@@ -77,11 +141,11 @@ def is_sqlite(bind: Engine | Connection) -> bool:
 
 
 def create_engine(
-    url: str | None = None, *, durability: Durability = "full", busy_timeout: float = 30.0
+    url: str | URL | None = None, *, durability: Durability = "full", busy_timeout: float = 30.0
 ) -> Engine:
     """An engine for `url` with chatledger's connection settings."""
-    url = normalize_url(url)
-    if url.startswith("sqlite"):
+    url = database_url(url)
+    if url.get_backend_name() == "sqlite":
         engine = sa.create_engine(url, connect_args={"timeout": busy_timeout})
         install_sqlite_hooks(engine, durability=durability, busy_timeout=busy_timeout)
         return engine
@@ -256,16 +320,31 @@ class DriverConnections:
             ):
                 return born, idle
             _close(idle)
-        fairy: Any = self._engine.raw_connection()
+        fairy = self._connect()
         for _ in range(2):  # only for an engine of the caller's: ours checks on checkout
             if self._sqlite or not cut_off(fairy.dbapi_connection):
                 break
             fairy.invalidate()
-            fairy = self._engine.raw_connection()
+            fairy = self._connect()
         fairy.detach()
         if not self._sqlite:
             fairy.dbapi_connection.autocommit = True
         return time.monotonic(), fairy
+
+    def _connect(self) -> Any:
+        """A connection from the engine's pool; the driver's error wrapped if none opens.
+
+        Wrapped as SQLAlchemy wraps it on its own checkout, so that a connection
+        that could not be opened is told apart from one that broke in use, whose
+        errors `run` passes on unwrapped (see `store._sql.translate`).
+        """
+        dbapi_error: type[Exception] = self._engine.dialect.loaded_dbapi.Error
+        try:
+            return self._engine.raw_connection()
+        except dbapi_error as error:
+            raise sa_exc.DBAPIError.instance(
+                None, None, error, dbapi_error, dialect=self._engine.dialect
+            ) from error
 
     def _give(self, born: float, fairy: Any, healthy: bool) -> None:
         if healthy and not self._closed:

@@ -1,4 +1,30 @@
-"""Driver errors become chatledger errors here, and only here."""
+"""Driver errors become chatledger errors here, and only here.
+
+Errors are told apart by the codes the drivers attach, not by their wording:
+Postgres's SQLSTATE (psycopg raises one class per code, `psycopg.errors`) and
+SQLite's extended result code (`sqlite3.Error.sqlite_errorcode`). Message
+text is read only where the driver attaches no code; each such place says so.
+
+Condition (error raised): Postgres; SQLite.
+
+- tables missing (`SchemaError`): `UndefinedTable` 42P01; `SQLITE_ERROR`
+  with "no such table".
+- a connection broke in use (`StorageError`): 57P01, 57P02, 57P05, class 08,
+  or psycopg's own `OperationalError` on an open connection; none on SQLite.
+- the database is unreachable (`StorageError`): psycopg's own
+  `OperationalError` while connecting; none on SQLite.
+- events changed (`StorageError`, append-only): `RestrictViolation` 23001,
+  which the triggers raise; `SQLITE_CONSTRAINT_TRIGGER`.
+- NUL in text (`InvalidInputError`): psycopg's own `DataError` saying
+  "NUL (0x00)"; none, SQLite stores NUL.
+- the writer lock not granted in time (`StorageError`): none; `SQLITE_BUSY`
+  and its extended codes.
+- a unique key violated (`unique_violation`): `UniqueViolation` 23505 and the
+  constraint's name; `SQLITE_CONSTRAINT_UNIQUE` or `_PRIMARYKEY` and the
+  columns named in the message.
+
+Anything else is a `StorageError` that quotes the driver.
+"""
 
 from __future__ import annotations
 
@@ -8,18 +34,21 @@ from contextlib import contextmanager
 
 import psycopg
 import sqlalchemy as sa
+from psycopg import errors as pg_errors
 from sqlalchemy import exc as sa_exc
 
 from store._errors import ChatledgerError, InvalidInputError, SchemaError, StorageError
 
 __all__ = ["translating", "unique_violation"]
 
-_MISSING_TABLE = ("no such table", "does not exist", "undefinedtable")
-# SQLSTATEs of a session the server ended: terminated or shut down (57P01,
-# 57P02), idle too long (57P05), and the connection exceptions (class 08).
-_SESSION_ENDED = ("57P01", "57P02", "57P05", "08")
-# What psycopg says when it finds the connection gone itself.
-_CONNECTION_GONE = ("connection is closed", "connection is lost", "server closed the connection")
+# A session the server ended: terminated or shut down (57P01, 57P02), or idle
+# too long (57P05).
+_SESSION_ENDED = (pg_errors.AdminShutdown, pg_errors.CrashShutdown, pg_errors.IdleSessionTimeout)
+# The SQLSTATE class of connection exceptions (08000, 08003, 08006, ...).
+_CONNECTION_EXCEPTION = "08"
+# SQLite's primary result code is the low byte of the extended one.
+_PRIMARY = 0xFF
+_SQLITE_UNIQUE = (sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY)
 
 
 def unique_violation(error: BaseException, table: sa.Table, columns: Sequence[str]) -> bool:
@@ -29,15 +58,20 @@ def unique_violation(error: BaseException, table: sa.Table, columns: Sequence[st
     """
     if not isinstance(error, sa_exc.IntegrityError):
         return False
-    diag = getattr(error.orig, "diag", None)
-    name = getattr(diag, "constraint_name", None)
-    if name:
-        for constraint in [*table.constraints, *table.indexes]:
-            cols = [c.name for c in getattr(constraint, "columns", [])]
-            if getattr(constraint, "name", None) == name and cols == list(columns):
-                return True
-        return False
-    return f"failed: {', '.join(f'{table.name}.{c}' for c in columns)}" in str(error.orig)
+    orig = error.orig
+    if isinstance(orig, pg_errors.UniqueViolation):
+        name = orig.diag.constraint_name
+        return any(
+            getattr(constraint, "name", None) == name
+            and [c.name for c in getattr(constraint, "columns", [])] == list(columns)
+            for constraint in [*table.constraints, *table.indexes]
+        )
+    if _sqlite_code(orig) in _SQLITE_UNIQUE:
+        # SQLite names the violated key only in the message's text:
+        # "UNIQUE constraint failed: table.a, table.b".
+        named = str(orig).partition("failed: ")[2]
+        return named == ", ".join(f"{table.name}.{c}" for c in columns)
+    return False
 
 
 @contextmanager
@@ -51,52 +85,92 @@ def translating(action: str) -> Iterator[None]:
         # The fast paths use the driver's cursor directly, so its own errors
         # arrive here unwrapped; both kinds are read the same way.
         orig = error.orig if isinstance(error, sa_exc.DBAPIError) else error
-        text = str(orig).lower()
-        if any(m in text for m in _MISSING_TABLE) and "chatledger_" in text:
-            raise SchemaError(
-                f"The database has no chatledger tables (while {action}). Run "
-                f"`store.migrate()` or `chatledger migrate` once to create them."
-            ) from error
-        if _connection_lost(error, orig, text):
-            raise StorageError(
-                f"The connection to the database broke while {action}: {orig}. It was "
-                f"closed, and the next operation opens a new one. A write may have "
-                f"committed just before the break: read it back before repeating it "
-                f"(an append with an idempotency key can simply be repeated)."
-            ) from error
-        if isinstance(error, sa_exc.OperationalError | psycopg.OperationalError) and (
-            "connect" in text or "connection" in text
-        ):
-            raise StorageError(
-                f"Cannot reach the database (while {action}): {orig}. Check that the "
-                f"server is running and that the URL, user and password are right."
-            ) from error
-        if "append-only" in text:
-            raise StorageError(
-                f"The database refused {action}: chatledger's events are append-only, "
-                f"and rows are never updated or deleted."
-            ) from error
-        if "nul" in text and ("0x00" in text or "character" in text):
-            raise InvalidInputError(
-                f"The database refused {action} because a value contains a NUL "
-                f"character. Remove NUL characters from tenant names and keys."
-            ) from error
-        if "database is locked" in text or "busy" in text:
-            raise StorageError(
-                f"The database stayed locked by another writer for longer than the busy "
-                f"timeout while {action}. Retry, or raise the busy timeout of Store.open()."
-            ) from error
-        raise StorageError(
-            f"The database failed while {action}: {orig}. Nothing was written by "
-            f"this operation; check the database and retry."
-        ) from error
+        raise _translated(action, error, orig) from error
 
 
-def _connection_lost(error: BaseException, orig: BaseException | None, text: str) -> bool:
-    """Whether an open connection broke (not: a new one could not be opened)."""
-    if isinstance(error, sa_exc.DBAPIError):
-        return error.connection_invalidated  # SQLAlchemy asked the dialect
-    state = getattr(orig, "sqlstate", None) or ""
-    return state.startswith(_SESSION_ENDED) or (
-        isinstance(orig, psycopg.OperationalError) and any(m in text for m in _CONNECTION_GONE)
+def _translated(action: str, error: Exception, orig: BaseException | None) -> ChatledgerError:
+    """The chatledger error for the driver's `error` (with `orig`, the driver's own)."""
+    sqlite_code = _sqlite_code(orig)
+    if isinstance(orig, pg_errors.UndefinedTable) or _no_such_table(orig, sqlite_code):
+        return SchemaError(
+            f"The database has no chatledger tables (while {action}). Run "
+            f"`store.migrate()` or `chatledger migrate` once to create them."
+        )
+    if _connection_lost(error, orig):
+        return StorageError(
+            f"The connection to the database broke while {action}: {orig}. It was "
+            f"closed, and the next operation opens a new one. A write may have "
+            f"committed just before the break: read it back before repeating it "
+            f"(an append with an idempotency key can simply be repeated)."
+        )
+    if _client_side(orig, psycopg.OperationalError):
+        # Not a connection that broke (above): so opening one failed. libpq
+        # reports a refused, unreachable or rejected connection (a wrong
+        # password or database name included) without a SQLSTATE.
+        return StorageError(
+            f"Cannot reach the database (while {action}): {orig}. Check that the "
+            f"server is running and that the URL, user and password are right."
+        )
+    if isinstance(orig, pg_errors.RestrictViolation) or (
+        sqlite_code == sqlite3.SQLITE_CONSTRAINT_TRIGGER
+    ):
+        # What the append-only triggers raise (migrations/versions/0001_event_log.py);
+        # no other trigger or RESTRICT key of chatledger's raises these.
+        return StorageError(
+            f"The database refused {action}: chatledger's events are append-only, "
+            f"and rows are never updated or deleted."
+        )
+    if _client_side(orig, psycopg.DataError) and "NUL (0x00)" in str(orig):
+        # psycopg refuses a string with NUL before sending it, with a DataError
+        # that has no SQLSTATE, like its other client-side refusals (a date
+        # out of range, ...): only the text tells this one apart.
+        return InvalidInputError(
+            f"The database refused {action} because a value contains a NUL "
+            f"character. Remove NUL characters from tenant names and keys."
+        )
+    if sqlite_code is not None and sqlite_code & _PRIMARY == sqlite3.SQLITE_BUSY:
+        return StorageError(
+            f"The database stayed locked by another writer for longer than the busy "
+            f"timeout while {action}. Retry, or raise the busy timeout of Store.open()."
+        )
+    return StorageError(
+        f"The database failed while {action}: {orig}. Nothing was written by "
+        f"this operation; check the database and retry."
     )
+
+
+def _sqlite_code(orig: BaseException | None) -> int | None:
+    """SQLite's extended result code of `orig`, or None for any other error.
+
+    sqlite3's own refusals (a closed connection, a bad parameter) have none.
+    """
+    code = getattr(orig, "sqlite_errorcode", None) if isinstance(orig, sqlite3.Error) else None
+    return code if isinstance(code, int) else None
+
+
+def _no_such_table(orig: BaseException | None, sqlite_code: int | None) -> bool:
+    # SQLite reports a missing table with its generic SQLITE_ERROR (as it does
+    # a syntax error or a missing column), so only the text names the case.
+    return sqlite_code == sqlite3.SQLITE_ERROR and str(orig).startswith("no such table")
+
+
+def _client_side(orig: BaseException | None, kind: type[psycopg.Error]) -> bool:
+    """Whether `orig` is a `kind` raised by psycopg or libpq itself, not by the server.
+
+    Errors from the server carry a SQLSTATE; the client's own do not.
+    """
+    return isinstance(orig, kind) and orig.sqlstate is None
+
+
+def _connection_lost(error: Exception, orig: BaseException | None) -> bool:
+    """Whether an open connection broke (not: a new one could not be opened)."""
+    if isinstance(error, sa_exc.DBAPIError) and error.connection_invalidated:
+        return True  # SQLAlchemy asked the dialect
+    if isinstance(orig, _SESSION_ENDED):
+        return True
+    if isinstance(orig, psycopg.Error) and (orig.sqlstate or "").startswith(_CONNECTION_EXCEPTION):
+        return True
+    # An error that arrives unwrapped came from the cursor of a connection in
+    # use (opening one is wrapped, see `DriverConnections`), so a client-side
+    # OperationalError there means psycopg found that connection gone.
+    return not isinstance(error, sa_exc.DBAPIError) and _client_side(orig, psycopg.OperationalError)
