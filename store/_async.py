@@ -7,18 +7,17 @@ every rule has one implementation; only the signatures are written twice, and
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy import make_url
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.ext.asyncio import create_async_engine as sa_create_async_engine
 
 from store._audit import AsyncAudit
 from store._cache import MessageCache
-from store._ops import Operations, ended
-from store._sql import migrate as _migrate
-from store._sql import projector
+from store._ops import Operations, StoreOperations, completed
 from store._sql.dialect import (
     WRITE,
     Durability,
@@ -49,11 +48,19 @@ class AsyncStore:
     """The async face of `Store`: the same operations, as coroutines."""
 
     def __init__(
-        self, engine: AsyncEngine, *, owns_engine: bool, message_cache: int = 10_000
+        self,
+        engine: AsyncEngine,
+        *,
+        owns_engine: bool,
+        message_cache: int = 10_000,
+        fast_paths: bool = True,
     ) -> None:
         self.engine = engine
         self._owns_engine = owns_engine
+        self._ops = StoreOperations()
         self.message_cache = MessageCache(message_cache)
+        self.fast_paths = fast_paths
+        """Whether operations try their plain-SQL form first (see `Store.open`)."""
 
     @classmethod
     def open(
@@ -64,18 +71,23 @@ class AsyncStore:
         durability: Durability = "full",
         busy_timeout: float = 30.0,
         message_cache: int = 10_000,
+        fast_paths: bool = True,
     ) -> AsyncStore:
-        """Open a store; the arguments are those of `Store.open`."""
+        """Open a store; the arguments are those of `Store.open`.
+
+        A `sqlite:` URL uses the aiosqlite driver; `postgresql+psycopg:` is
+        psycopg 3's async mode.
+        """
         if engine is None:
-            url = normalize_url(url)
-            if url.startswith("sqlite:"):
-                url = "sqlite+aiosqlite:" + url.split(":", 1)[1]
+            parsed = make_url(normalize_url(url))
+            if parsed.drivername in ("sqlite", "sqlite+pysqlite"):
+                parsed = parsed.set(drivername="sqlite+aiosqlite")
             kwargs: dict[str, Any] = (
                 {"connect_args": {"timeout": busy_timeout}}
-                if url.startswith("sqlite")
+                if parsed.get_backend_name() == "sqlite"
                 else {"pool_recycle": 1800}
             )
-            engine = sa_create_async_engine(url, **kwargs)
+            engine = sa_create_async_engine(parsed, **kwargs)
             owns = True
         else:
             owns = False
@@ -83,7 +95,7 @@ class AsyncStore:
             install_sqlite_hooks(
                 engine.sync_engine, durability=durability, busy_timeout=busy_timeout
             )
-        return cls(engine, owns_engine=owns, message_cache=message_cache)
+        return cls(engine, owns_engine=owns, message_cache=message_cache, fast_paths=fast_paths)
 
     async def __aenter__(self) -> AsyncStore:
         return self
@@ -96,31 +108,70 @@ class AsyncStore:
         if self._owns_engine:
             await self.engine.dispose()
 
-    async def migrate(self) -> None:
-        """Upgrade the schema to this package's head revision."""
-        await self.execute(Op("migrating the schema", True, _migrate.upgrade))
+    async def migrate(self, connection: AsyncConnection | None = None) -> None:
+        """Upgrade the schema to this package's head revision.
+
+        With `connection`, run inside the caller's transaction on it: Alembic
+        is synchronous, so the upgrade runs through `connection.run_sync`.
+        Commit it as usual, for example within
+        `async with engine.begin() as connection:`.
+        """
+        await self.execute(self._ops.migrate(), connection)
 
     def tenant(self, tenant: str) -> AsyncLedger:
         """A handle whose every operation is scoped to `tenant`."""
         return AsyncLedger(self, tenant)
 
-    async def rebuild(self) -> int:
-        """Recompute every materialized view from the events."""
-        return await self.execute(Op("rebuilding views", True, projector.rebuild_views))
+    async def rebuild(self, progress: Callable[[int, int], None] | None = None) -> int:
+        """See `Store.rebuild`."""
+        return await self.execute(self._ops.rebuild(progress))
 
-    async def execute(self, op: Op[T]) -> T:
-        """Run one operation in its own transaction, through `run_sync`."""
+    async def claim_stale_runs(
+        self,
+        *,
+        owner: str,
+        limit: int = 10,
+        lease_seconds: float = 60.0,
+        max_attempts: int = 5,
+    ) -> list[tuple[Run, RunCursor]]:
+        """See `Store.claim_stale_runs`."""
+        return await self.execute(
+            self._ops.claim_stale_runs(owner, limit, lease_seconds, max_attempts)
+        )
+
+    async def verify(
+        self,
+        progress: Callable[[Verification], None] | None = None,
+        *,
+        recompute: Recompute = "auto",
+    ) -> list[Verification]:
+        """See `Store.verify`."""
+        return await self.execute(self._ops.verify(progress, recompute))
+
+    async def check_schema(self) -> None:
+        """See `Store.check_schema`."""
+        await self.execute(self._ops.check_schema())
+
+    async def execute(self, op: Op[T], connection: AsyncConnection | None = None) -> T:
+        """Run one operation in its own transaction, through `run_sync`.
+
+        With `connection`, run its general path inside the caller's
+        transaction on that connection instead.
+        """
         with translating(op.action):
+            if connection is not None:
+                return await connection.run_sync(op.fn)
             async with self.engine.connect() as conn:
-                fast = op.postgres
-                if fast is not None and self.engine.dialect.name != "sqlite":
-                    done = await conn.run_sync(lambda c: run_fast(c, fast))
+                fast = self.fast_paths
+                if fast and op.postgres is not None and self.engine.dialect.name != "sqlite":
+                    postgres = op.postgres
+                    done = await conn.run_sync(lambda c: run_fast(c, postgres))
                     if done is not None:
                         return done
                 if op.write:
                     await conn.execution_options(**{WRITE: True})
                 async with conn.begin():
-                    return await conn.run_sync(lambda c: in_transaction(c, op))
+                    return await conn.run_sync(lambda c: in_transaction(c, op, fast=fast))
 
 
 class AsyncLedger:
@@ -138,7 +189,6 @@ class AsyncLedger:
     @property
     def audit(self) -> AsyncAudit:
         """See `Ledger.audit`."""
-
         return AsyncAudit(self._store, self._ops.tenant)
 
     async def create_conversation(
@@ -258,19 +308,11 @@ class AsyncLedger:
         tool_count: int | None = None,
     ) -> Conversation:
         """See `Ledger.complete_run`."""
-        result = ended(
+        return completed(
             await self._store.execute(
-                self._ops.end_run(
-                    cursor,
-                    "completed",
-                    usage=usage,
-                    request_count=request_count,
-                    tool_count=tool_count,
-                )
+                self._ops.complete_run(cursor, usage, request_count, tool_count)
             )
         )
-        assert result is not None
-        return result
 
     async def fail_run(
         self,
@@ -286,28 +328,18 @@ class AsyncLedger:
     ) -> None:
         """See `Ledger.fail_run`."""
         await self._store.execute(
-            self._ops.end_run(
-                cursor,
-                "canceled" if canceled else "failed",
-                stage=stage,
-                error=error,
-                usage=usage,
-                request_count=request_count,
-                tool_count=tool_count,
-                attention=attention,
+            self._ops.fail_run(
+                cursor, stage, error, usage, request_count, tool_count, canceled, attention
             )
         )
 
     async def verify(self, conversation_id: str, *, recompute: Recompute = "auto") -> Verification:
         """See `Ledger.verify`."""
-        results = await self._store.execute(self._ops.verify([conversation_id], recompute))
-        if not results:
-            await self.conversation(conversation_id)  # raises NotFoundError
-        return results[0]
+        return await self._store.execute(self._ops.verify(conversation_id, recompute))
 
     async def verify_all(self, *, recompute: Recompute = "auto") -> list[Verification]:
         """See `Ledger.verify_all`."""
-        return await self._store.execute(self._ops.verify(None, recompute))
+        return await self._store.execute(self._ops.verify_all(recompute))
 
     async def renew_lease(self, cursor: RunCursor, seconds: float = 60.0) -> None:
         """See `Ledger.renew_lease`."""

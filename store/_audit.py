@@ -1,15 +1,17 @@
 """The audit operations and their faces: `ledger.audit` and `async_ledger.audit`.
 
-Arguments are validated here, before any transaction begins; each query is
-then one `Op` over a function of `store.audit`, run by `Store.execute` or
-`AsyncStore.execute`, so the sync and async faces share every line of logic.
+Arguments are validated by `_AuditOps`, before any transaction begins; each
+query is then one `Op` over a function of `store._sql.audit`, run by whatever
+executes `Op`s (`Store` or `AsyncStore`, typed here as the `Executor` and
+`AsyncExecutor` protocols, so this module imports neither). Each face method
+is one call, and the sync and async faces share every line of logic.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import Any, Literal, get_args
 
 from store._errors import InvalidInputError
 from store._sql import log as _log
@@ -21,7 +23,7 @@ from store._sql.audit import (
     run_timeline,
     tool_executions,
 )
-from store._sql.ops import Op
+from store._sql.ops import AsyncExecutor, Executor, Op
 from store._sql.pages import DEFAULT_LIMIT, Page
 from store._values import (
     Event,
@@ -33,10 +35,6 @@ from store._values import (
     ToolStatus,
 )
 from store.history import HistoryProcessor
-
-if TYPE_CHECKING:
-    from store._async import AsyncStore
-    from store._store import Store
 
 __all__ = ["AsyncAudit", "Audit"]
 
@@ -116,11 +114,56 @@ class _AuditOps:
     def __init__(self, tenant: str) -> None:
         self.tenant = tenant
 
-    def events(self, f: Filter, after: str | None, limit: int) -> Op[Page[Event]]:
+    def events(
+        self,
+        conversation_id: str | None,
+        run_id: str | None,
+        kinds: str | Sequence[str] | None,
+        tool_name: str | None,
+        origin: str | Sequence[str] | None,
+        failed: bool | None,
+        since: datetime | None,
+        until: datetime | None,
+        after: str | None,
+        limit: int,
+    ) -> Op[Page[Event]]:
+        f = _filter(
+            conversation_id=conversation_id,
+            run_id=run_id,
+            kinds=kinds,
+            origin=origin,
+            tool_name=tool_name,
+            failed=failed,
+            since=since,
+            until=until,
+        )
+        return self._events(f, after, limit)
+
+    def supplied_and_repaired(
+        self,
+        conversation_id: str | None,
+        run_id: str | None,
+        origin: str | None,
+        since: datetime | None,
+        until: datetime | None,
+        after: str | None,
+        limit: int,
+    ) -> Op[Page[Event]]:
+        f = _filter(
+            conversation_id=conversation_id,
+            run_id=run_id,
+            kinds="message.recorded",
+            origin=_supplied_or_repaired(origin),
+            since=since,
+            until=until,
+        )
+        return self._events(f, after, limit)
+
+    def _events(self, f: Filter, after: str | None, limit: int) -> Op[Page[Event]]:
         return Op(
             "reading audit events",
-            False,
-            lambda c: list_events(c, self.tenant, f, after=after, limit=limit),
+            write=False,
+            fn=lambda c: list_events(c, self.tenant, f, after=after, limit=limit),
         )
 
     def run_timeline(
@@ -129,8 +172,10 @@ class _AuditOps:
         names = _names(kinds, None, "kinds")
         return Op(
             f"reading the timeline of run '{run_id}'",
-            False,
-            lambda c: run_timeline(c, self.tenant, run_id, kinds=names, after=after, limit=limit),
+            write=False,
+            fn=lambda c: run_timeline(
+                c, self.tenant, run_id, kinds=names, after=after, limit=limit
+            ),
         )
 
     def model_request(
@@ -150,8 +195,8 @@ class _AuditOps:
             raise InvalidInputError(f"context must be text, not {type(context).__name__}.")
         return Op(
             f"rebuilding model request {number} of run '{run_id}'",
-            False,
-            lambda c: model_request(
+            write=False,
+            fn=lambda c: model_request(
                 c,
                 self.tenant,
                 run_id,
@@ -164,11 +209,24 @@ class _AuditOps:
 
     def tool_executions(
         self,
-        f: Filter,
+        conversation_id: str | None,
+        run_id: str | None,
+        tool_name: str | None,
         status: ToolStatus | Sequence[ToolStatus] | None,
+        failed: bool | None,
+        since: datetime | None,
+        until: datetime | None,
         after: str | None,
         limit: int,
     ) -> Op[Page[ToolExecution]]:
+        f = _filter(
+            conversation_id=conversation_id,
+            run_id=run_id,
+            tool_name=tool_name,
+            failed=failed,
+            since=since,
+            until=until,
+        )
         statuses: list[ToolStatus] = list(_names(status, _STATUSES, "status"))  # type: ignore[arg-type]
         if f.failed is not None:
             # The failed flag narrows to calls that finished, failed or not.
@@ -178,15 +236,15 @@ class _AuditOps:
                 raise InvalidInputError(f"status {status!r} contradicts failed={f.failed}.")
         return Op(
             "reading tool executions",
-            False,
-            lambda c: tool_executions(c, self.tenant, f, statuses, after=after, limit=limit),
+            write=False,
+            fn=lambda c: tool_executions(c, self.tenant, f, statuses, after=after, limit=limit),
         )
 
     def lineage(self, conversation_id: str) -> Op[Lineage]:
         return Op(
             f"reading the lineage of conversation '{conversation_id}'",
-            False,
-            lambda c: lineage(c, self.tenant, conversation_id),
+            write=False,
+            fn=lambda c: lineage(c, self.tenant, conversation_id),
         )
 
 
@@ -198,7 +256,7 @@ class Audit:
     datetime means UTC): `since` inclusive, `until` exclusive.
     """
 
-    def __init__(self, store: Store, tenant: str) -> None:
+    def __init__(self, store: Executor, tenant: str) -> None:
         self._store = store
         self._ops = _AuditOps(tenant)
 
@@ -228,17 +286,20 @@ class Audit:
             failed: True for events recording a failure (`tool.finished` and
                 tool results marked failed, `run.failed`); False for the rest.
         """
-        f = _filter(
-            conversation_id=conversation_id,
-            run_id=run_id,
-            kinds=kinds,
-            origin=origin,
-            tool_name=tool_name,
-            failed=failed,
-            since=since,
-            until=until,
+        return self._store.execute(
+            self._ops.events(
+                conversation_id,
+                run_id,
+                kinds,
+                tool_name,
+                origin,
+                failed,
+                since,
+                until,
+                after,
+                limit,
+            )
         )
-        return self._store.execute(self._ops.events(f, after, limit))
 
     def run_timeline(
         self,
@@ -269,8 +330,9 @@ class Audit:
                 instructions (the engine's retrieval context block).
             history_processor: the agent's history processor, if it had one.
         """
-        op = self._ops.model_request(run_id, request, instructions, context, history_processor)
-        return self._store.execute(op)
+        return self._store.execute(
+            self._ops.model_request(run_id, request, instructions, context, history_processor)
+        )
 
     def tool_executions(
         self,
@@ -292,15 +354,11 @@ class Audit:
         `failed=False` is `status="finished"`. The time range applies to the
         call's start.
         """
-        f = _filter(
-            conversation_id=conversation_id,
-            run_id=run_id,
-            tool_name=tool_name,
-            failed=failed,
-            since=since,
-            until=until,
+        return self._store.execute(
+            self._ops.tool_executions(
+                conversation_id, run_id, tool_name, status, failed, since, until, after, limit
+            )
         )
-        return self._store.execute(self._ops.tool_executions(f, status, after, limit))
 
     def supplied_and_repaired(
         self,
@@ -318,15 +376,11 @@ class Audit:
         What a run produced has origin `run`; these are the others, so
         evidence is never confused with content a caller asserted.
         """
-        f = _filter(
-            conversation_id=conversation_id,
-            run_id=run_id,
-            kinds="message.recorded",
-            origin=_supplied_or_repaired(origin),
-            since=since,
-            until=until,
+        return self._store.execute(
+            self._ops.supplied_and_repaired(
+                conversation_id, run_id, origin, since, until, after, limit
+            )
         )
-        return self._store.execute(self._ops.events(f, after, limit))
 
     def lineage(self, conversation_id: str) -> Lineage:
         """The conversation's branches, forks in and out, and resumes."""
@@ -336,7 +390,7 @@ class Audit:
 class AsyncAudit:
     """The async face of `Audit`: the same queries, as coroutines."""
 
-    def __init__(self, store: AsyncStore, tenant: str) -> None:
+    def __init__(self, store: AsyncExecutor, tenant: str) -> None:
         self._store = store
         self._ops = _AuditOps(tenant)
 
@@ -355,17 +409,20 @@ class AsyncAudit:
         limit: int = DEFAULT_LIMIT,
     ) -> Page[Event]:
         """See `Audit.events`."""
-        f = _filter(
-            conversation_id=conversation_id,
-            run_id=run_id,
-            kinds=kinds,
-            origin=origin,
-            tool_name=tool_name,
-            failed=failed,
-            since=since,
-            until=until,
+        return await self._store.execute(
+            self._ops.events(
+                conversation_id,
+                run_id,
+                kinds,
+                tool_name,
+                origin,
+                failed,
+                since,
+                until,
+                after,
+                limit,
+            )
         )
-        return await self._store.execute(self._ops.events(f, after, limit))
 
     async def run_timeline(
         self,
@@ -388,8 +445,9 @@ class AsyncAudit:
         history_processor: HistoryProcessor | None = None,
     ) -> RecordedRequest:
         """See `Audit.model_request`."""
-        op = self._ops.model_request(run_id, request, instructions, context, history_processor)
-        return await self._store.execute(op)
+        return await self._store.execute(
+            self._ops.model_request(run_id, request, instructions, context, history_processor)
+        )
 
     async def tool_executions(
         self,
@@ -405,15 +463,11 @@ class AsyncAudit:
         limit: int = DEFAULT_LIMIT,
     ) -> Page[ToolExecution]:
         """See `Audit.tool_executions`."""
-        f = _filter(
-            conversation_id=conversation_id,
-            run_id=run_id,
-            tool_name=tool_name,
-            failed=failed,
-            since=since,
-            until=until,
+        return await self._store.execute(
+            self._ops.tool_executions(
+                conversation_id, run_id, tool_name, status, failed, since, until, after, limit
+            )
         )
-        return await self._store.execute(self._ops.tool_executions(f, status, after, limit))
 
     async def supplied_and_repaired(
         self,
@@ -427,15 +481,11 @@ class AsyncAudit:
         limit: int = DEFAULT_LIMIT,
     ) -> Page[Event]:
         """See `Audit.supplied_and_repaired`."""
-        f = _filter(
-            conversation_id=conversation_id,
-            run_id=run_id,
-            kinds="message.recorded",
-            origin=_supplied_or_repaired(origin),
-            since=since,
-            until=until,
+        return await self._store.execute(
+            self._ops.supplied_and_repaired(
+                conversation_id, run_id, origin, since, until, after, limit
+            )
         )
-        return await self._store.execute(self._ops.events(f, after, limit))
 
     async def lineage(self, conversation_id: str) -> Lineage:
         """See `Audit.lineage`."""

@@ -1,8 +1,10 @@
-"""Every operation of a tenant as an `Op`: its input checks, then a function of `store._sql`.
+"""Every operation as an `Op`: its input checks, then a function of `store._sql`.
 
-`Ledger` and `AsyncLedger` run the very same `Op`s (one through a connection,
+`Operations` builds a tenant's (for `Ledger` and `AsyncLedger`),
+`StoreOperations` those over the whole database (for `Store` and
+`AsyncStore`). Both faces run the very same `Op`s (one through a connection,
 one through SQLAlchemy's `run_sync`), so there is one implementation of every
-rule and the two faces differ only in `await`.
+rule and each face method is one call: the faces differ only in `await`.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from sqlalchemy.engine import Connection
 from store import _repair
 from store._cache import MessageCache
 from store._checks import check_choice, check_id
-from store._errors import ConflictError, InvalidInputError
+from store._errors import ConflictError, InvalidInputError, SchemaError
 from store._sql import append as _append
 from store._sql import log as _log
+from store._sql import migrate as _migrate
 from store._sql import projector
 from store._sql import runs as _runs
 from store._sql import verify as _verify
@@ -36,9 +39,9 @@ from store._values import (
     RunCursor,
     RunStatus,
 )
-from store.messages import Message, load_message, load_messages
+from store.messages import Message, Usage, load_message, load_messages
 
-__all__ = ["Operations", "ended"]
+__all__ = ["Operations", "StoreOperations", "completed"]
 
 T = TypeVar("T")
 _ORIGINS: frozenset[str] = frozenset(get_args(Origin))
@@ -88,8 +91,8 @@ class Operations:
     ) -> Op[Conversation]:
         return Op(
             "creating a conversation",
-            True,
-            lambda c: _log.create_conversation(
+            write=True,
+            fn=lambda c: _log.create_conversation(
                 c, self.tenant, metadata, conversation_id=conversation_id
             ),
         )
@@ -97,15 +100,15 @@ class Operations:
     def conversation(self, conversation_id: str) -> Op[Conversation]:
         return Op(
             f"reading conversation '{conversation_id}'",
-            False,
-            lambda c: _log.get_conversation(c, self.tenant, conversation_id),
+            write=False,
+            fn=lambda c: _log.get_conversation(c, self.tenant, conversation_id),
         )
 
     def conversations(self, limit: int, before: str | None) -> Op[list[Conversation]]:
         return Op(
             "listing conversations",
-            False,
-            lambda c: _log.list_conversations(c, self.tenant, limit=limit, before=before),
+            write=False,
+            fn=lambda c: _log.list_conversations(c, self.tenant, limit=limit, before=before),
         )
 
     def append_messages(
@@ -152,7 +155,7 @@ class Operations:
 
         return Op(
             f"appending to conversation '{conversation_id}'",
-            True,
+            write=True,
             postgres=in_place(_append.append_postgres),
             sqlite=in_place(_append.append_sqlite),
             fn=lambda c: _append.append_messages(
@@ -171,12 +174,12 @@ class Operations:
     ) -> Op[list[Message]]:
         read = Op(
             f"reading the history of conversation '{conversation_id}'",
-            False,
-            lambda c: _history(c, self.tenant, conversation_id, at, repaired, self.cache),
+            write=False,
+            fn=lambda c: _history(c, self.tenant, conversation_id, at, repaired, self.cache),
         )
         if at is not None:
             return read
-        _log._check_id(conversation_id, "conversation")
+        check_id(conversation_id, "conversation")
         tenant, cache = self.tenant, self.cache
         return replace(
             read,
@@ -193,8 +196,8 @@ class Operations:
     ) -> Op[Conversation]:
         return Op(
             f"forking conversation '{conversation_id}'",
-            True,
-            lambda c: _log.fork(c, self.tenant, conversation_id, at, metadata),
+            write=True,
+            fn=lambda c: _log.fork(c, self.tenant, conversation_id, at, metadata),
         )
 
     def move_head(
@@ -202,8 +205,8 @@ class Operations:
     ) -> Op[Conversation]:
         return Op(
             f"moving the head of conversation '{conversation_id}'",
-            True,
-            lambda c: _log.move_head(c, self.tenant, conversation_id, to, expected=expected),
+            write=True,
+            fn=lambda c: _log.move_head(c, self.tenant, conversation_id, to, expected=expected),
         )
 
     def events(
@@ -215,8 +218,8 @@ class Operations:
     ) -> Op[list[Event]]:
         return Op(
             "reading events",
-            False,
-            lambda c: _log.list_events(
+            write=False,
+            fn=lambda c: _log.list_events(
                 c,
                 self.tenant,
                 conversation_id=conversation_id,
@@ -232,8 +235,10 @@ class Operations:
         initial = _log.encode_events(events)
         return Op(
             f"starting a run on conversation '{conversation_id}'",
-            True,
-            lambda c: _runs.start_run(c, self.tenant, conversation_id, initial=initial, **options),
+            write=True,
+            fn=lambda c: _runs.start_run(
+                c, self.tenant, conversation_id, initial=initial, **options
+            ),
         )
 
     def record(
@@ -242,30 +247,72 @@ class Operations:
         encoded = _log.encode_events(new_events)
         return Op(
             f"recording events of run '{cursor.run_id}'",
-            True,
-            lambda c: _runs.record(
+            write=True,
+            fn=lambda c: _runs.record(
                 c, self.tenant, cursor, encoded, idempotency_key=idempotency_key
             ),
         )
 
-    def end_run(
+    def complete_run(
+        self,
+        cursor: RunCursor,
+        usage: Usage | None,
+        request_count: int | None,
+        tool_count: int | None,
+    ) -> Op[tuple[Conversation | None, ConflictError | None]]:
+        """Pass its result to `completed`, after the transaction (see there)."""
+        return self._end_run(
+            cursor,
+            "completed",
+            usage=usage,
+            request_count=request_count,
+            tool_count=tool_count,
+        )
+
+    def fail_run(
+        self,
+        cursor: RunCursor,
+        stage: str,
+        error: str,
+        usage: Usage | None,
+        request_count: int | None,
+        tool_count: int | None,
+        canceled: bool,
+        attention: str | None,
+    ) -> Op[tuple[Conversation | None, ConflictError | None]]:
+        return self._end_run(
+            cursor,
+            "canceled" if canceled else "failed",
+            stage=stage,
+            error=error,
+            usage=usage,
+            request_count=request_count,
+            tool_count=tool_count,
+            attention=attention,
+        )
+
+    def _end_run(
         self, cursor: RunCursor, status: RunStatus, **options: Any
     ) -> Op[tuple[Conversation | None, ConflictError | None]]:
         return Op(
             f"ending run '{cursor.run_id}'",
-            True,
-            lambda c: _runs.end_run(c, self.tenant, cursor, status, **options),
+            write=True,
+            fn=lambda c: _runs.end_run(c, self.tenant, cursor, status, **options),
         )
 
     def renew_lease(self, cursor: RunCursor, seconds: float) -> Op[None]:
         return Op(
             f"renewing the lease of run '{cursor.run_id}'",
-            True,
-            lambda c: _runs.renew_lease(c, self.tenant, cursor, seconds),
+            write=True,
+            fn=lambda c: _runs.renew_lease(c, self.tenant, cursor, seconds),
         )
 
     def run(self, run_id: str) -> Op[Run]:
-        return Op(f"reading run '{run_id}'", False, lambda c: _runs.get_run(c, self.tenant, run_id))
+        return Op(
+            f"reading run '{run_id}'",
+            write=False,
+            fn=lambda c: _runs.get_run(c, self.tenant, run_id),
+        )
 
     def runs(
         self,
@@ -276,8 +323,8 @@ class Operations:
     ) -> Op[list[Run]]:
         return Op(
             "listing runs",
-            False,
-            lambda c: _runs.list_runs(
+            write=False,
+            fn=lambda c: _runs.list_runs(
                 c,
                 self.tenant,
                 conversation_id=conversation_id,
@@ -287,31 +334,96 @@ class Operations:
             ),
         )
 
-    def verify(
-        self, conversation_ids: list[str] | None, recompute: Recompute
-    ) -> Op[list[Verification]]:
-        for conversation_id in conversation_ids or ():
-            _log._check_id(conversation_id, "conversation")
+    def verify(self, conversation_id: str, recompute: Recompute) -> Op[Verification]:
+        check_id(conversation_id, "conversation")
+
+        def verify_one(conn: Connection) -> Verification:
+            found = _verify.verify_many(conn, self.tenant, [conversation_id], recompute=recompute)
+            if not found:
+                _log.get_conversation(conn, self.tenant, conversation_id)  # raises NotFoundError
+            return found[0]
+
         return Op(
-            "verifying hash chains",
-            False,
-            lambda c: _verify.verify_many(c, self.tenant, conversation_ids, recompute=recompute),
+            f"verifying the hash chain of conversation '{conversation_id}'",
+            write=False,
+            fn=verify_one,
+        )
+
+    def verify_all(self, recompute: Recompute) -> Op[list[Verification]]:
+        return _verify_op(self.tenant, None, recompute)
+
+    def claim_stale_runs(
+        self, owner: str, limit: int, lease_seconds: float, max_attempts: int
+    ) -> Op[list[tuple[Run, RunCursor]]]:
+        return _claim_op(self.tenant, owner, limit, lease_seconds, max_attempts)
+
+
+class StoreOperations:
+    """Builds the operations over the whole database that `Store` and `AsyncStore` run."""
+
+    def migrate(self) -> Op[None]:
+        return Op("migrating the schema", write=True, fn=_migrate.upgrade)
+
+    def check_schema(self) -> Op[None]:
+        return Op(
+            "reading the schema version",
+            write=False,
+            fn=lambda c: _at_head(_migrate.current_revision(c)),
+        )
+
+    def rebuild(self, progress: Callable[[int, int], None] | None) -> Op[int]:
+        return Op(
+            "rebuilding views",
+            write=True,
+            fn=lambda c: projector.rebuild_views(c, progress=progress),
         )
 
     def claim_stale_runs(
         self, owner: str, limit: int, lease_seconds: float, max_attempts: int
     ) -> Op[list[tuple[Run, RunCursor]]]:
-        return Op(
-            "claiming stale runs",
-            True,
-            lambda c: _runs.claim_stale_runs(
-                c,
-                self.tenant,
-                owner=owner,
-                limit=limit,
-                lease_seconds=lease_seconds,
-                max_attempts=max_attempts,
-            ),
+        return _claim_op(None, owner, limit, lease_seconds, max_attempts)
+
+    def verify(
+        self, progress: Callable[[Verification], None] | None, recompute: Recompute
+    ) -> Op[list[Verification]]:
+        return _verify_op(None, progress, recompute)
+
+
+def _verify_op(
+    tenant: str | None, progress: Callable[[Verification], None] | None, recompute: Recompute
+) -> Op[list[Verification]]:
+    """Verify every conversation of `tenant` (None: of every tenant)."""
+    return Op(
+        "verifying hash chains",
+        write=False,
+        fn=lambda c: _verify.verify_many(c, tenant, None, progress, recompute),
+    )
+
+
+def _claim_op(
+    tenant: str | None, owner: str, limit: int, lease_seconds: float, max_attempts: int
+) -> Op[list[tuple[Run, RunCursor]]]:
+    """Claim stale runs of `tenant` (None: of every tenant)."""
+    return Op(
+        "claiming stale runs",
+        write=True,
+        fn=lambda c: _runs.claim_stale_runs(
+            c,
+            tenant,
+            owner=owner,
+            limit=limit,
+            lease_seconds=lease_seconds,
+            max_attempts=max_attempts,
+        ),
+    )
+
+
+def _at_head(current: str | None) -> None:
+    head = _migrate.head_revision()
+    if current != head:
+        raise SchemaError(
+            f"The database is at schema revision {current or 'none'}, but this chatledger "
+            f"needs {head}. Run `store.migrate()` or `chatledger migrate`."
         )
 
 
@@ -319,8 +431,14 @@ def _as_message(value: Message | dict[str, Any]) -> Message:
     return value if isinstance(value, Message) else load_message(value)
 
 
-def ended(result: tuple[Conversation | None, ConflictError | None]) -> Conversation | None:
+def completed(result: tuple[Conversation | None, ConflictError | None]) -> Conversation:
+    """The conversation a completed run moved the head of, or the run's conflict, raised.
+
+    Raised here, after the transaction committed, because the transaction
+    that finds the conflict also records the run as failed at stage `conflict`.
+    """
     conversation, conflict = result
     if conflict is not None:
         raise conflict
+    assert conversation is not None
     return conversation

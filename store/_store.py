@@ -1,8 +1,9 @@
 """`Store` and `Ledger`: the synchronous face.
 
-Every operation is an `Op` built by `store._ops.Operations`, run here in its
-own transaction on a connection; `store._async` runs the same `Op`s as
-coroutines.
+Every operation is an `Op` built by `store._ops` (`StoreOperations` for the
+store's own, `Operations` for a tenant's), run here in its own transaction on
+a connection, so each method is one call; `store._async` runs the same `Op`s
+as coroutines.
 """
 
 from __future__ import annotations
@@ -15,12 +16,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from store._audit import Audit
 from store._cache import MessageCache
-from store._errors import SchemaError
-from store._ops import Operations, ended
-from store._sql import migrate as _migrate
-from store._sql import projector
-from store._sql import runs as _runs
-from store._sql import verify as _verify
+from store._ops import Operations, StoreOperations, completed
 from store._sql.dialect import (
     WRITE,
     DriverConnections,
@@ -55,14 +51,24 @@ class Store:
     Open it with `Store.open()`; get a tenant-scoped handle with `tenant()`.
     """
 
-    def __init__(self, engine: Engine, *, owns_engine: bool, message_cache: int = 10_000) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        owns_engine: bool,
+        message_cache: int = 10_000,
+        fast_paths: bool = True,
+    ) -> None:
         self.engine = engine
         self._owns_engine = owns_engine
         # Operations with a plain-SQL form for this database run on driver
         # connections of their own (see `DriverConnections`).
         self._sqlite = is_sqlite(engine)
         self._driver = DriverConnections(engine)
+        self._ops = StoreOperations()
         self.message_cache = MessageCache(message_cache)
+        self.fast_paths = fast_paths
+        """Whether operations try their plain-SQL form first (see `open`)."""
 
     @classmethod
     def open(
@@ -73,6 +79,7 @@ class Store:
         durability: Durability = "full",
         busy_timeout: float = 30.0,
         message_cache: int = 10_000,
+        fast_paths: bool = True,
     ) -> Store:
         """Open a store.
 
@@ -86,15 +93,22 @@ class Store:
             busy_timeout: seconds a SQLite writer waits for the lock.
             message_cache: how many parsed messages to keep (by event; events
                 never change, so the cache is always right); 0 turns it off.
+            fast_paths: False runs every operation through its general path
+                only, skipping the plain-SQL forms of the hot operations
+                (an append, a head read). The results are the same, only
+                slower: the test suite runs both ways to hold them equal.
         """
         if engine is not None:
             if engine.dialect.name == "sqlite":
                 install_sqlite_hooks(engine, durability=durability, busy_timeout=busy_timeout)
-            return cls(engine, owns_engine=False, message_cache=message_cache)
+            return cls(
+                engine, owns_engine=False, message_cache=message_cache, fast_paths=fast_paths
+            )
         return cls(
             create_engine(url, durability=durability, busy_timeout=busy_timeout),
             owns_engine=True,
             message_cache=message_cache,
+            fast_paths=fast_paths,
         )
 
     def __enter__(self) -> Store:
@@ -114,14 +128,7 @@ class Store:
 
         With `connection`, run inside the caller's transaction on it.
         """
-        if connection is not None:
-            with translating("migrating the schema"):
-                _migrate.upgrade(connection)
-            return
-        with translating("migrating the schema"), self.engine.connect() as conn:
-            conn.execution_options(**{WRITE: True})
-            with conn.begin():
-                _migrate.upgrade(conn)
+        self.execute(self._ops.migrate(), connection)
 
     def tenant(self, tenant: str) -> Ledger:
         """A handle whose every operation is scoped to `tenant`."""
@@ -131,10 +138,9 @@ class Store:
         """Recompute every materialized view from the events; return the view count.
 
         It runs in one transaction: readers see the old views until it commits.
+        `progress(done, total)` is called as it goes.
         """
-        return self.execute(
-            Op("rebuilding views", True, lambda c: projector.rebuild_views(c, progress=progress))
-        )
+        return self.execute(self._ops.rebuild(progress))
 
     def claim_stale_runs(
         self,
@@ -145,20 +151,7 @@ class Store:
         max_attempts: int = 5,
     ) -> list[tuple[Run, RunCursor]]:
         """Claim stale runs of every tenant (for a resume worker serving them all)."""
-        return self.execute(
-            Op(
-                "claiming stale runs",
-                True,
-                lambda c: _runs.claim_stale_runs(
-                    c,
-                    None,
-                    owner=owner,
-                    limit=limit,
-                    lease_seconds=lease_seconds,
-                    max_attempts=max_attempts,
-                ),
-            )
-        )
+        return self.execute(self._ops.claim_stale_runs(owner, limit, lease_seconds, max_attempts))
 
     def verify(
         self,
@@ -172,27 +165,26 @@ class Store:
         Postgres, fastest; here on SQLite), `"database"`, or `"client"` (in
         this process, independent of the server's own functions).
         """
-        return self.execute(
-            Op(
-                "verifying hash chains",
-                False,
-                lambda c: _verify.verify_many(c, None, None, progress, recompute),
-            )
-        )
+        return self.execute(self._ops.verify(progress, recompute))
 
     def check_schema(self) -> None:
         """Raise `SchemaError` unless the database is at this package's head revision."""
-        current = self.execute(Op("reading the schema version", False, _migrate.current_revision))
-        head = _migrate.head_revision()
-        if current != head:
-            raise SchemaError(
-                f"The database is at schema revision {current or 'none'}, but this chatledger "
-                f"needs {head}. Run `store.migrate()` or `chatledger migrate`."
-            )
+        self.execute(self._ops.check_schema())
 
-    def execute(self, op: Op[T]) -> T:
-        """Run one operation in its own transaction."""
-        direct = op.sqlite if self._sqlite else op.postgres
+    def execute(self, op: Op[T], connection: Connection | None = None) -> T:
+        """Run one operation in its own transaction.
+
+        With `connection`, run its general path inside the caller's
+        transaction on that connection instead.
+        """
+        if connection is not None:
+            with translating(op.action):
+                return op.fn(connection)
+        # The tiers: the plain-SQL form on a driver connection of our own;
+        # when every one is busy, the Postgres form on a pooled connection;
+        # the SQLite form inside the transaction unless it already ran; `fn`.
+        fast = self.fast_paths
+        direct = (op.sqlite if self._sqlite else op.postgres) if fast else None
         tried = False
         if direct is not None:
             with translating(op.action):
@@ -200,14 +192,14 @@ class Store:
             if done is not None:
                 return done
         with translating(op.action), self.engine.connect() as conn:
-            if op.postgres is not None and not tried and not self._sqlite:
+            if fast and op.postgres is not None and not tried and not self._sqlite:
                 done = run_fast(conn, op.postgres)
                 if done is not None:
                     return done
             if op.write:
                 conn.execution_options(**{WRITE: True})
             with conn.begin():
-                return in_transaction(conn, op, tried=tried)
+                return in_transaction(conn, op, fast=fast and not tried)
 
 
 class Ledger:
@@ -225,7 +217,6 @@ class Ledger:
     @property
     def audit(self) -> Audit:
         """Audit queries over this tenant's log: timelines, model requests, tools, lineage."""
-
         return Audit(self._store, self._ops.tenant)
 
     def create_conversation(
@@ -359,19 +350,9 @@ class Ledger:
         Raises `ConflictError` (after recording the run as failed at stage
         `conflict`) when the head moved while the run ran.
         """
-        result = ended(
-            self._store.execute(
-                self._ops.end_run(
-                    cursor,
-                    "completed",
-                    usage=usage,
-                    request_count=request_count,
-                    tool_count=tool_count,
-                )
-            )
+        return completed(
+            self._store.execute(self._ops.complete_run(cursor, usage, request_count, tool_count))
         )
-        assert result is not None
-        return result
 
     def fail_run(
         self,
@@ -390,15 +371,8 @@ class Ledger:
         `attention` marks it as needing a person (listed by `runs(attention=True)`).
         """
         self._store.execute(
-            self._ops.end_run(
-                cursor,
-                "canceled" if canceled else "failed",
-                stage=stage,
-                error=error,
-                usage=usage,
-                request_count=request_count,
-                tool_count=tool_count,
-                attention=attention,
+            self._ops.fail_run(
+                cursor, stage, error, usage, request_count, tool_count, canceled, attention
             )
         )
 
@@ -407,14 +381,11 @@ class Ledger:
 
         `recompute`: see `Store.verify`.
         """
-        results = self._store.execute(self._ops.verify([conversation_id], recompute))
-        if not results:
-            self.conversation(conversation_id)  # raises NotFoundError
-        return results[0]
+        return self._store.execute(self._ops.verify(conversation_id, recompute))
 
     def verify_all(self, *, recompute: Recompute = "auto") -> list[Verification]:
         """Recompute the hash chain of every conversation of this tenant."""
-        return self._store.execute(self._ops.verify(None, recompute))
+        return self._store.execute(self._ops.verify_all(recompute))
 
     def renew_lease(self, cursor: RunCursor, seconds: float = 60.0) -> None:
         """Extend the run's lease by `seconds` of the database's clock."""

@@ -1,10 +1,15 @@
 """Shared fixtures: a `store` on every backend, each schema made by the migrations.
 
-The `store` fixture is parametrized over SQLite (a fresh file per test) and
-Postgres (a throwaway database per test session at
-`CHATLEDGER_TEST_POSTGRES_URL`), so every test that takes it runs once per
-backend. Without a reachable Postgres the Postgres half is skipped, except
-under `CI=true`, where it fails loudly.
+The `backend` fixture is parametrized over SQLite (a fresh file per test)
+and Postgres (a throwaway database per test session at
+`CHATLEDGER_TEST_POSTGRES_URL`), so every test that takes it, or
+`database_url`, runs once per backend. Without a reachable Postgres the
+Postgres half is skipped, except under `CI=true`, where it fails loudly.
+
+A test that takes `store` (or `ledger`) runs twice more, on each backend with
+the store's fast paths off (ids `sqlite-general`, `postgres-general`): the
+hot operations' plain-SQL forms and their general path must give the same
+results, and the conformance suite is what holds them to it.
 """
 
 from __future__ import annotations
@@ -22,6 +27,49 @@ from store import Ledger, Store
 
 DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 BACKENDS = ["sqlite", "postgres"]
+# (backend, fast_paths) for a test of the store; the default runs keep the bare backend id.
+STORE_VARIANTS = [
+    *[pytest.param(b, True, id=b) for b in BACKENDS],
+    *[pytest.param(b, False, id=f"{b}-general") for b in BACKENDS],
+]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "fast_paths_only: a test of the fast paths themselves; no `*-general` runs",
+    )
+
+
+@pytest.hookimpl(tryfirst=True)  # before fixture params (`recompute`...): the backend id leads
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrize `backend`, and with it `fast_paths` where the test takes a store.
+
+    Done here rather than with fixture `params` because only the tests of a
+    store get the general-path runs: a test that opens its own store from
+    `database_url` runs once per backend, and so does a test marked
+    `fast_paths_only` (one that checks the fast paths themselves). A test that
+    parametrizes `backend` or `fast_paths` itself keeps its own values (and
+    the fast paths default to on).
+    """
+    marked = _parametrized_by_marks(metafunc)
+    if "backend" not in metafunc.fixturenames or "backend" in marked:
+        return
+    general_runs = metafunc.definition.get_closest_marker("fast_paths_only") is None
+    if "fast_paths" in metafunc.fixturenames and "fast_paths" not in marked and general_runs:
+        metafunc.parametrize(("backend", "fast_paths"), STORE_VARIANTS, indirect=True)
+    else:
+        metafunc.parametrize("backend", BACKENDS, indirect=True)
+
+
+def _parametrized_by_marks(metafunc: pytest.Metafunc) -> set[str]:
+    names: set[str] = set()
+    for mark in metafunc.definition.iter_markers("parametrize"):
+        argnames = mark.args[0] if mark.args else mark.kwargs["argnames"]
+        if isinstance(argnames, str):
+            argnames = argnames.split(",")
+        names.update(name.strip() for name in argnames)
+    return names
 
 
 def postgres_admin_url() -> str:
@@ -68,9 +116,16 @@ def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'chatledger.db'}"
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture
 def backend(request: pytest.FixtureRequest) -> str:
+    """The database of this run: `sqlite` or `postgres` (see `pytest_generate_tests`)."""
     return str(request.param)
+
+
+@pytest.fixture
+def fast_paths(request: pytest.FixtureRequest) -> bool:
+    """Whether the `store` of this run tries its fast paths (see `pytest_generate_tests`)."""
+    return bool(getattr(request, "param", True))
 
 
 @pytest.fixture
@@ -85,8 +140,19 @@ def database_url(backend: str, request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def store(database_url: str) -> Iterator[Store]:
-    with Store.open(database_url) as opened:
+def empty_url(backend: str, tmp_path: Path) -> Iterator[str]:
+    """A database of its own on the current backend, without chatledger's tables."""
+    if backend == "sqlite":
+        yield f"sqlite:///{tmp_path / 'empty.db'}"
+        return
+    url = create_postgres_database("chatledger_empty")
+    yield url
+    drop_postgres_database(url)
+
+
+@pytest.fixture
+def store(database_url: str, fast_paths: bool) -> Iterator[Store]:
+    with Store.open(database_url, fast_paths=fast_paths) as opened:
         yield opened
 
 

@@ -6,8 +6,19 @@ import asyncio
 import uuid
 
 import pytest
+import sqlalchemy as sa
 
-from store import AsyncStore, ConflictError, Message, NewEvent, NotFoundError
+from store import (
+    AsyncStore,
+    ConflictError,
+    Message,
+    NewEvent,
+    NotFoundError,
+    SchemaError,
+    Store,
+    Verification,
+)
+from store.schema import view_entries
 
 
 async def test_async_store_round_trip(database_url: str) -> None:
@@ -43,3 +54,109 @@ async def test_async_concurrent_appends_conflict_cleanly(database_url: str) -> N
         assert len(wins) == 1
         assert all(isinstance(r, ConflictError) for r in results if r not in wins)
         assert len(await ledger.history(conv.id)) == 1
+
+
+# -- The store's own operations, on the async face -----------------------------
+#
+# Each runs on a database of its own: these operations span every tenant, so
+# on the session's shared database they would meet other tests' rows.
+
+
+@pytest.fixture
+def own_url(empty_url: str) -> str:
+    """A migrated database that no other test writes to."""
+    with Store.open(empty_url) as store:
+        store.migrate()
+    return empty_url
+
+
+async def table_names(store: AsyncStore) -> set[str]:
+    async with store.engine.connect() as conn:
+        return set(await conn.run_sync(lambda c: sa.inspect(c).get_table_names()))
+
+
+async def test_async_check_schema_refuses_an_unmigrated_database(empty_url: str) -> None:
+    async with AsyncStore.open(empty_url) as store:
+        with pytest.raises(SchemaError, match="migrate"):
+            await store.check_schema()
+        await store.migrate()
+        await store.check_schema()
+
+
+async def test_async_migrate_runs_inside_the_callers_transaction(empty_url: str) -> None:
+    async with AsyncStore.open(empty_url) as store:
+        async with store.engine.connect() as conn, conn.begin():
+            await conn.exec_driver_sql("CREATE TABLE app_users (id INTEGER PRIMARY KEY)")
+            await store.migrate(connection=conn)
+        assert {"app_users", "chatledger_events"} <= await table_names(store)
+        await store.check_schema()
+
+
+async def test_async_migrate_on_a_connection_is_undone_with_the_callers_transaction(
+    empty_url: str,
+) -> None:
+    async with AsyncStore.open(empty_url) as store:
+        async with store.engine.connect() as conn:
+            transaction = await conn.begin()
+            await store.migrate(connection=conn)
+            await transaction.rollback()
+        assert not {t for t in await table_names(store) if t.startswith("chatledger_")}
+        with pytest.raises(SchemaError, match="migrate"):
+            await store.check_schema()
+
+
+async def test_async_claim_stale_runs_claims_them_in_every_tenant(own_url: str) -> None:
+    async with AsyncStore.open(own_url) as store:
+        stale = {}
+        for tenant in ("north", "south"):
+            ledger = store.tenant(tenant)
+            conv = await ledger.create_conversation()
+            cursor = await ledger.start_run(conv.id, owner="zombie", lease_seconds=0)
+            stale[cursor.run_id] = tenant
+        live = store.tenant("north")
+        conv = await live.create_conversation()
+        await live.start_run(conv.id, owner="alive", lease_seconds=600)
+
+        claimed = await store.claim_stale_runs(owner="rescuer", lease_seconds=60)
+
+        assert {run.id: run.tenant for run, _ in claimed} == stale
+        assert {(c.owner, c.attempt) for _, c in claimed} == {("rescuer", 2)}
+        assert await store.claim_stale_runs(owner="another") == []
+
+
+async def test_async_verify_checks_every_tenant_as_the_sync_store_does(own_url: str) -> None:
+    async with AsyncStore.open(own_url) as store:
+        ids = []
+        for tenant in ("north", "south"):
+            ledger = store.tenant(tenant)
+            conv = await ledger.create_conversation()
+            await ledger.append_messages(conv.id, [Message(role="user", content=tenant)])
+            ids.append(conv.id)
+        seen: list[Verification] = []
+
+        results = await store.verify(seen.append, recompute="client")
+
+    assert sorted(r.conversation_id for r in results) == sorted(ids)
+    assert all(r.ok for r in results)
+    assert seen == results
+    with Store.open(own_url) as sync_store:
+        assert sync_store.verify(recompute="client") == results
+
+
+async def test_async_rebuild_recomputes_every_view_and_reports_progress(own_url: str) -> None:
+    async with AsyncStore.open(own_url) as store:
+        ledger = store.tenant("t")
+        conv = await ledger.create_conversation()
+        await ledger.append_messages(conv.id, [Message(role="user", content="kept")])
+        fork = await ledger.fork(conv.id)
+        async with store.engine.begin() as conn:
+            await conn.execute(view_entries.delete())
+        assert await ledger.history(conv.id) == []
+        progress: list[tuple[int, int]] = []
+
+        rebuilt = await store.rebuild(lambda done, total: progress.append((done, total)))
+
+        assert rebuilt == 2
+        assert progress == [(1, 2), (2, 2)]
+        for conversation_id in (conv.id, fork.id):
+            assert [m.content for m in await ledger.history(conversation_id)] == ["kept"]

@@ -4,30 +4,43 @@ An operation is a function over one open transaction (`fn`), plus, where one
 exists, a plain-SQL form for each backend that is tried first on a driver
 connection (`postgres`, `sqlite`; see `store._sql.append`). `run_fast` and
 `in_transaction` are the tiers `Store.execute` and `AsyncStore.execute` walk.
+
+`Executor` and `AsyncExecutor` are what runs an `Op`: the faces built on a
+store (`Audit`, `AsyncAudit`) are typed against them, not against the store
+classes, so they import nothing of the store faces.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from sqlalchemy.engine import Connection
 
 from store._sql.dialect import is_sqlite, on_cursor
 
-__all__ = ["Op", "in_transaction", "run_fast"]
+__all__ = ["AsyncExecutor", "Executor", "Op", "in_transaction", "run_fast"]
 
 T = TypeVar("T")
 
 
 @dataclass(frozen=True)
 class Op(Generic[T]):
-    """One store operation: a function over a transaction, and what it does."""
+    """One store operation: a function over a transaction, and what it does.
+
+    Build it with keywords, `Op(action, write=..., fn=...)`, so that what
+    `True` means is on the page.
+    """
 
     action: str
+    """What it does, as a gerund phrase ("appending to conversation '…'"):
+    every translated error says it happened while doing this."""
     write: bool
+    """Whether it writes: a write takes SQLite's write lock when it begins
+    (`BEGIN IMMEDIATE`), so that a read cannot fail to upgrade later."""
     fn: Callable[[Connection], T]
+    """The general path: the operation inside one open transaction."""
     postgres: Callable[[Any], T | None] | None = None
     """Postgres: an attempt as one self-contained statement on an autocommit
     DB-API cursor, tried first; None from it means nothing was written and
@@ -36,6 +49,18 @@ class Op(Generic[T]):
     """SQLite: an attempt in plain SQL on a DB-API cursor, inside the
     operation's transaction, tried first; None means nothing was written and
     `fn` runs as usual, in the same transaction."""
+
+
+class Executor(Protocol):
+    """Runs an `Op` in a transaction of its own (`Store`)."""
+
+    def execute(self, op: Op[T], /) -> T: ...
+
+
+class AsyncExecutor(Protocol):
+    """Runs an `Op` in a transaction of its own, as a coroutine (`AsyncStore`)."""
+
+    async def execute(self, op: Op[T], /) -> T: ...
 
 
 def run_fast(conn: Connection, fast: Callable[[Any], T | None], /) -> T | None:
@@ -49,9 +74,9 @@ def run_fast(conn: Connection, fast: Callable[[Any], T | None], /) -> T | None:
         conn.execution_options(isolation_level=default)
 
 
-def in_transaction(conn: Connection, op: Op[T], tried: bool = False) -> T:
-    """`op` inside the transaction on `conn`; its SQLite form first, unless `tried`."""
-    if op.sqlite is not None and not tried and is_sqlite(conn):
+def in_transaction(conn: Connection, op: Op[T], *, fast: bool = True) -> T:
+    """`op` inside the transaction on `conn`: its SQLite form first if `fast`, then `fn`."""
+    if fast and op.sqlite is not None and is_sqlite(conn):
         done = on_cursor(conn, op.sqlite)
         if done is not None:
             return done
