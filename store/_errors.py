@@ -20,7 +20,7 @@ ChatledgerError
 
 Engine errors (`engine.RunError`, provider errors) subclass `ChatledgerError`
 too. Driver errors (SQLAlchemy, psycopg, sqlite3) are translated into these in
-one place, `store._translate`.
+one place, `store._sql.translate`.
 """
 
 from __future__ import annotations

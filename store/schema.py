@@ -57,7 +57,7 @@ conversations = sa.Table(
     # head, under the conversation's row lock, so an append needs one read.
     sa.Column("head_open", sa.Boolean, nullable=False),
     # The hash of the head's event: the conversation's chain head, the digest
-    # to anchor externally (store._chain).
+    # to anchor externally (store._sql.chain).
     sa.Column("head_hash", sa.LargeBinary(32), nullable=False),
     sa.Column("created_at", Timestamp, nullable=False),
     sa.Column("metadata", sa.Text, nullable=False),
@@ -112,7 +112,7 @@ events = sa.Table(
     # Canonical JSON text. Kept as text (not jsonb) so that `\u0000` and the
     # exact bytes survive, and so a whole history is parsed in one call.
     sa.Column("payload", sa.Text, nullable=False),
-    # sha256 of the previous event's hash and this row's content (store._chain).
+    # sha256 of the previous event's hash and this row's content (store._sql.chain).
     sa.Column("hash", sa.LargeBinary(32), nullable=False),
     # The inserting transaction (Postgres: its 64-bit id; SQLite: 0). Audit
     # pages follow (txid, seq), commit order, below the snapshot's xmin, so a

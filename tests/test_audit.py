@@ -1,4 +1,4 @@
-"""Audit queries (store.audit, engine.audit) on every backend."""
+"""Audit queries (ledger.audit, engine.audit) on every backend."""
 
 from __future__ import annotations
 

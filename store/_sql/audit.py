@@ -75,7 +75,7 @@ _TOOL_FINISHED: sa.ColumnClause[str] = sa.literal_column("'tool.finished'", sa.T
 
 @dataclass(frozen=True)
 class Filter:
-    """Validated filters (built by `store._audit_ops` before any transaction begins)."""
+    """Validated filters (built by `store._audit` before any transaction begins)."""
 
     conversation_id: str | None = None
     run_id: str | None = None

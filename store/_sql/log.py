@@ -497,7 +497,7 @@ def _chained(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def previous_hash(conn: Connection, conversation_id: str, branch_id: str, position: int) -> bytes:
-    """The hash an event at `position` of `branch_id` chains to (see `store._chain`)."""
+    """The hash an event at `position` of `branch_id` chains to (see `store._sql.chain`)."""
     found = conn.execute(
         sa.select(events.c.hash).where(
             events.c.conversation_id == conversation_id,
