@@ -5,12 +5,16 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+
+from pydantic import ConfigDict, Field, PlainSerializer
+from pydantic.alias_generators import to_camel
 
 from store.history import HistoryRepair
-from store.messages import Message, Usage, load_message
+from store.messages import Message, Usage, dump_message, load_message
 
 __all__ = [
+    "VALUE_CONFIG",
     "Appended",
     "Branch",
     "BranchReason",
@@ -45,9 +49,49 @@ BranchReason = Literal["root", "run", "resume", "fork", "edit"]
 RunStatus = Literal["running", "completed", "failed", "canceled"]
 
 
+# -- serialization -------------------------------------------------------------------
+#
+# The values are plain dataclasses; nothing here validates or converts them.
+# `pydantic.TypeAdapter(Event).dump_python(event, mode="json")` reads the
+# config and the annotations below to give each value one JSON form: camelCase
+# keys, like the message contract's, and times as `datetime.isoformat()`
+# writes them (`+00:00`, where pydantic would write `Z`).
+
+VALUE_CONFIG = ConfigDict(alias_generator=to_camel, serialize_by_alias=True, ser_json_bytes="hex")
+"""The `__pydantic_config__` of every value the store returns."""
+
+
+def _isoformat(value: datetime) -> str:
+    return value.isoformat()
+
+
+def _seconds(value: timedelta) -> float:
+    return value.total_seconds()
+
+
+def _parsed(payload_json: str) -> Any:
+    return json.loads(payload_json)
+
+
+def _stored(message: Message) -> Any:
+    return json.loads(dump_message(message))
+
+
+Timestamp = Annotated[datetime, PlainSerializer(_isoformat, return_type=str, when_used="json")]
+"""A `datetime`; in JSON, its `isoformat()`."""
+
+Seconds = Annotated[timedelta, PlainSerializer(_seconds, return_type=float, when_used="json")]
+"""A `timedelta`; in JSON, its length in seconds."""
+
+StoredMessage = Annotated[Message, PlainSerializer(_stored, return_type=Any, when_used="json")]
+"""A `Message`; in JSON, as the log stores it (defaults left out, see `dump_message`)."""
+
+
 @dataclass(frozen=True, order=True)
 class Position:
     """A point in a conversation's history: a branch and a position on it."""
+
+    __pydantic_config__ = VALUE_CONFIG
 
     branch_id: str
     position: int
@@ -56,6 +100,8 @@ class Position:
 @dataclass(frozen=True)
 class ForkPoint:
     """Where a forked conversation came from."""
+
+    __pydantic_config__ = VALUE_CONFIG
 
     conversation_id: str
     branch_id: str
@@ -66,10 +112,12 @@ class ForkPoint:
 class Conversation:
     """A conversation: its head and where it came from."""
 
+    __pydantic_config__ = VALUE_CONFIG
+
     id: str
     tenant: str
     head: Position
-    created_at: datetime
+    created_at: Timestamp
     metadata: dict[str, Any]
     forked_from: ForkPoint | None = None
     head_open: bool = field(default=True, repr=False, compare=False)
@@ -80,18 +128,22 @@ class Conversation:
 class Branch:
     """An append-only line of events, continuing its parent at a position."""
 
+    __pydantic_config__ = VALUE_CONFIG
+
     id: str
     conversation_id: str
     parent: Position | None
     reason: BranchReason
     run_id: str | None
     resumes_run_id: str | None
-    created_at: datetime
+    created_at: Timestamp
 
 
 @dataclass(frozen=True)
 class Event:
     """One row of the log."""
+
+    __pydantic_config__ = VALUE_CONFIG
 
     seq: int
     id: str
@@ -102,9 +154,12 @@ class Event:
     kind: EventKind
     origin: Origin
     head: bool
-    recorded_at: datetime
+    recorded_at: Timestamp
     idempotency_key: str | None
-    payload_json: str = field(repr=False)
+    # In JSON: `payload`, parsed, as the property below gives it.
+    payload_json: Annotated[
+        str, Field(alias="payload"), PlainSerializer(_parsed, return_type=Any)
+    ] = field(repr=False)
     hash: bytes = field(default=b"", repr=False)
     """sha256 chained to the previous event of the lineage (see `store._chain`)."""
 
@@ -129,6 +184,8 @@ class NewEvent:
     For `message.recorded`, use `NewEvent.of_message`.
     """
 
+    __pydantic_config__ = VALUE_CONFIG
+
     kind: EventKind
     payload: dict[str, Any] = field(default_factory=dict)
     origin: Origin = "run"
@@ -144,6 +201,8 @@ class NewEvent:
 class Appended:
     """What an append wrote: its events, and the conversation head afterwards."""
 
+    __pydantic_config__ = VALUE_CONFIG
+
     conversation_id: str
     events: list[Event]
     head: Position
@@ -157,6 +216,8 @@ class Appended:
 @dataclass(frozen=True)
 class Run:
     """A run, as its projection row shows it."""
+
+    __pydantic_config__ = VALUE_CONFIG
 
     id: str
     tenant: str
@@ -174,11 +235,11 @@ class Run:
     model: str | None
     resumes: str | None
     lease_owner: str | None
-    lease_expires_at: datetime | None
+    lease_expires_at: Timestamp | None
     attempt: int
     attention: str | None
-    started_at: datetime
-    ended_at: datetime | None
+    started_at: Timestamp
+    ended_at: Timestamp | None
 
 
 @dataclass(frozen=True)
@@ -188,6 +249,8 @@ class RunCursor:
     Every append names the cursor; the database refuses it unless the run is
     still running, leased to `owner` at `attempt`, and at `position`.
     """
+
+    __pydantic_config__ = VALUE_CONFIG
 
     run_id: str
     conversation_id: str
@@ -213,9 +276,11 @@ class TimelineEntry:
             `branch.created` recorded just before it, in the same transaction).
     """
 
+    __pydantic_config__ = VALUE_CONFIG
+
     event: Event
     stage: Stage
-    elapsed: timedelta
+    elapsed: Seconds
 
 
 @dataclass(frozen=True)
@@ -228,14 +293,16 @@ class ToolExecution:
     worker died, so whether its side effects happened is unknown.
     """
 
+    __pydantic_config__ = VALUE_CONFIG
+
     call_id: str | None
     name: str
     run_id: str | None
     conversation_id: str
     branch_id: str
     started_seq: int
-    started_at: datetime
-    finished_at: datetime | None
+    started_at: Timestamp
+    finished_at: Timestamp | None
     status: ToolStatus
 
     @property
@@ -261,13 +328,15 @@ class RecordedRequest:
             synthesized results, which no tool produced.
     """
 
+    __pydantic_config__ = VALUE_CONFIG
+
     run_id: str
     conversation_id: str
     request: int
     digest: str
     model: str | None
-    recorded_at: datetime
-    messages: list[Message]
+    recorded_at: Timestamp
+    messages: list[StoredMessage]
     repair: HistoryRepair
 
 
@@ -275,12 +344,14 @@ class RecordedRequest:
 class LineageBranch:
     """A branch of a conversation: why it exists and which positions it holds."""
 
+    __pydantic_config__ = VALUE_CONFIG
+
     id: str
     reason: str
     parent: Position | None
     run_id: str | None
     resumes_run_id: str | None
-    created_at: datetime
+    created_at: Timestamp
     first_position: int
     tip: int
     holds_head: bool
@@ -289,6 +360,8 @@ class LineageBranch:
 @dataclass(frozen=True)
 class LineageResume:
     """A run that resumes another run of the conversation."""
+
+    __pydantic_config__ = VALUE_CONFIG
 
     run_id: str
     resumes: str
@@ -305,6 +378,8 @@ class Lineage:
         forks: the conversations forked from this one (forks out), oldest first.
         resumes: runs that resume a failed or canceled run of it.
     """
+
+    __pydantic_config__ = VALUE_CONFIG
 
     conversation: Conversation
     branches: list[LineageBranch]

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 import time
@@ -83,6 +86,80 @@ def test_demo_runs_offline_fast_and_shows_crash_resume_and_fork(tmp_path: Path) 
     assert "killed (SIGKILL)" in out
     assert "resumed run" in out and "a second pass finds 0 runs" in out
     assert "fork" in out
+
+
+def follow_ups(out: str) -> list[list[str]]:
+    """The commands the demo ends with, split as a shell would, `chatledger` left off."""
+    commands = [shlex.split(line) for line in out.splitlines() if line.startswith("  chatledger ")]
+    assert commands and all(c[0] == "chatledger" for c in commands), out
+    return [c[1:] for c in commands]
+
+
+@pytest.mark.parametrize("given_url", [False, True], ids=["default-database", "database-url"])
+def test_the_demo_ends_with_commands_that_show_what_it_wrote(
+    tmp_path: Path, given_url: bool
+) -> None:
+    url = f"sqlite:///{tmp_path / 'elsewhere.db'}" if given_url else None
+    demo = chatledger("demo", url=url, cwd=tmp_path)
+    assert demo.returncode == 0, demo.stderr
+    crash = demo.stdout.split("\n2. ")[1].split("\n3. ")[0]
+    assert "user: slow weather for Oslo and Cairo, please" in crash, "the killed run's prompt"
+    commands = follow_ups(demo.stdout)
+    assert [c[0] for c in commands] == ["history", "runs", "audit", "verify"]
+    assert all(("--database-url" in c) == given_url for c in commands)
+
+    # Pasted as printed, in the same directory: each one shows what the demo wrote.
+    out = {}
+    for args in commands:
+        result = chatledger(*args, cwd=tmp_path)
+        assert result.returncode == 0, (args, result.stderr)
+        out[args[0]] = result.stdout
+    assert "user: slow weather for Oslo and Cairo, please" in out["history"]
+    assert "assistant: Weather: snow, -3 °C; clear, 31 °C." in out["history"]
+    crashed = commands[2][2]  # audit timeline RUN
+    status = {row.split()[0]: row.split()[2] for row in out["runs"].splitlines()[1:]}
+    resumed = re.search(r"as run ([0-9a-f-]+)…", demo.stdout)
+    assert resumed is not None, demo.stdout
+    assert status[crashed] == "failed"
+    assert [s for run, s in status.items() if run.startswith(resumed[1])] == ["completed"]
+    assert "tool.started" in out["audit"] and "run.failed" in out["audit"]
+    assert "every chain is intact" in out["verify"]
+
+
+def test_version_loads_no_database_or_http_code() -> None:
+    code = (
+        "import sys\n"
+        "from engine.cli import main\n"
+        "try:\n"
+        "    main(['--version'])\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print(' '.join(sorted(sys.modules)))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    version, modules = result.stdout.splitlines()
+    assert version.startswith("chatledger ")
+    loaded = {name.partition(".")[0] for name in modules.split()}
+    assert not loaded & {"sqlalchemy", "psycopg", "alembic", "httpx"}
+
+
+def test_every_command_names_a_handler_that_exists() -> None:
+    from engine._cli import _handler, _parser
+
+    def leaves(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+        found = [parser] if parser.get_default("handler") else []
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    found += leaves(sub)
+        return found
+
+    commands = leaves(_parser())
+    assert len(commands) == 15  # 9 commands and 6 audit questions
+    for command in commands:
+        assert callable(_handler(command.get_default("handler"))), command.prog
 
 
 def test_migrate_then_history(tmp_path: Path) -> None:

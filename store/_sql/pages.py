@@ -32,6 +32,7 @@ from sqlalchemy.engine import Connection, Row
 
 from store._errors import InvalidInputError
 from store._sql.dialect import commit_order, past_cursor, snapshot_horizon
+from store._values import VALUE_CONFIG
 
 __all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "Page", "check_limit", "read_page"]
 
@@ -58,6 +59,8 @@ class Page(Generic[T]):
             older transaction that is still open ends (Postgres); ask again
             with `next_after` to get them.
     """
+
+    __pydantic_config__ = VALUE_CONFIG  # camelCase JSON, like every value's
 
     items: list[T]
     next_after: str | None

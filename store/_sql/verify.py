@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection
 from store._errors import InvalidInputError
 from store._sql import chain as _chain
 from store._sql.dialect import is_sqlite
-from store._values import Position
+from store._values import VALUE_CONFIG, Position
 from store.ids import is_id
 from store.schema import branches, conversations, events
 
@@ -61,6 +61,8 @@ class Verification:
         head_digest: the conversation's chain head (hex sha256): anchor it
             externally to detect a rewrite of the whole chain.
     """
+
+    __pydantic_config__ = VALUE_CONFIG  # camelCase JSON, like every value's
 
     conversation_id: str
     ok: bool

@@ -2,19 +2,27 @@
 
 A multi-turn conversation with tool calls (a scripted model), a run killed
 with SIGKILL in the middle of a tool batch in a child process, the resume
-worker finishing it exactly once, a fork, and a short audit of the log.
+worker finishing it exactly once, a fork, a short audit of the log and a check
+of its hash chain. It writes to the tenant every command reads by default, and
+ends with the commands that explore what it wrote.
+
+The child is this module again: `python -m engine._cli._demo child CONVERSATION`,
+with the database URL in `CHATLEDGER_DATABASE_URL` (not on its command line,
+where `ps` would show a password).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable
 
+from engine._cli._common import DEFAULT_TENANT, message_line, where
 from engine.agent import Agent
 from engine.providers import ModelRequest
 from engine.providers.scripted import ScriptedModel
@@ -22,7 +30,9 @@ from engine.resume import ResumeOutcome, ResumeWorker, uncertain_tool_calls
 from engine.tools import tool
 from store import Ledger, Message, Store, ToolCall
 
-TENANT = "demo"
+# Where `chatledger runs`, `history` and the rest look when given no --tenant,
+# so that a newcomer's next command finds what the demo wrote.
+TENANT = DEFAULT_TENANT
 LEASE_SECONDS = 1.0
 
 
@@ -92,9 +102,9 @@ def make_agent() -> Agent:
     )
 
 
-def child(url: str, conversation_id: str) -> None:
+def child(conversation_id: str) -> None:
     """The doomed process: a run whose tool batch never finishes."""
-    with Store.open(url) as store:
+    with Store.open(os.environ["CHATLEDGER_DATABASE_URL"]) as store:
         make_agent().run(
             store.tenant(TENANT),
             "slow weather for Oslo and Cairo, please",
@@ -104,32 +114,49 @@ def child(url: str, conversation_id: str) -> None:
         )
 
 
-def demo(url: str | None, say: Callable[[str], None] = print) -> int:
-    """Run the demo on `url` (default ./chatledger.db); return the exit status."""
+def demo(
+    url: str | None, say: Callable[[str], None] = print, *, shown_url: str | None = None
+) -> int:
+    """Run the demo on `url` (default ./chatledger.db); return the exit status.
+
+    Args:
+        url: the database.
+        say: prints a line.
+        shown_url: the `--database-url` the closing commands pass, or None
+            when they find `url` without one.
+    """
     started = time.monotonic()
     with Store.open(url) as store:
         store.migrate()
         ledger = store.tenant(TENANT)
         agent = make_agent()
-        say(f"chatledger demo on {store.engine.url.render_as_string(hide_password=True)}\n")
+        say(f"chatledger demo on {where(store)}, tenant {TENANT!r}\n")
 
         say("1. A conversation with tool calls")
         first = agent.run(ledger, "What is the weather in Oslo and Lima?")
         conv = first.conversation_id
         for m in first.new_messages:
-            say(f"   {_line(m)}")
+            say(f"   {message_line(m, align=9)}")
         second = agent.run(ledger, "Thanks!", conv)
-        say(f"   {_line(second.new_messages[-1])}")
+        say(f"   {message_line(second.new_messages[-1], align=9)}")
 
         say("\n2. A crash in the middle of a tool batch")
         process = subprocess.Popen(
-            [sys.executable, "-m", "engine._demo", "child", str(store.engine.url), conv],
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            [sys.executable, "-m", "engine._cli._demo", "child", conv],
+            env={
+                **os.environ,
+                "CHATLEDGER_DATABASE_URL": store.engine.url.render_as_string(hide_password=False),
+                "PYTHONUNBUFFERED": "1",
+            },
         )
         run_id = _wait_for_tool_batch(ledger, conv, process)
         os.kill(process.pid, signal.SIGKILL)
         process.wait()
-        say(f"   child process {process.pid} started run {run_id[:13]}… and was killed (SIGKILL)")
+        say(f"   child process {process.pid} started run {run_id[:13]}… and recorded")
+        for event in ledger.events(run_id=run_id):  # the prompt first
+            if event.message is not None:
+                say(f"   {message_line(event.message, align=9)}")
+        say("   then it was killed (SIGKILL) in the middle of its tool batch")
         for call, name in uncertain_tool_calls(ledger, run_id):
             say(f"   the log shows {name} call {call} started, never finished")
         say(f"   the head did not move: {len(ledger.history(conv))} messages, as before")
@@ -142,7 +169,7 @@ def demo(url: str | None, say: Callable[[str], None] = print) -> int:
             assert result is not None
             say(f"   resumed run {outcome.run_id[:13]}… as run {result.run_id[:13]}…")
             for m in result.new_messages:
-                say(f"   {_line(m)}")
+                say(f"   {message_line(m, align=9)}")
         again = asyncio.run(worker.run_once())
         say(f"   a second pass finds {len(again)} runs to resume")
 
@@ -151,7 +178,7 @@ def demo(url: str | None, say: Callable[[str], None] = print) -> int:
         fork = ledger.fork(conv, at=point)
         forked = agent.run(ledger, "And in Cairo?", fork.id)
         say(f"   fork {fork.id[:13]}… of {conv[:13]}… at position {point}")
-        say(f"   {_line(forked.new_messages[-1])}")
+        say(f"   {message_line(forked.new_messages[-1], align=9)}")
         say(
             f"   the source still has {len(ledger.history(conv))} messages, the fork {len(ledger.history(fork.id))}"
         )
@@ -166,15 +193,19 @@ def demo(url: str | None, say: Callable[[str], None] = print) -> int:
         for event in events:
             kinds[event.origin] = kinds.get(event.origin, 0) + 1
         say(f"   {len(events)} events in the log by origin: {kinds}")
-    say(f"\nDone in {time.monotonic() - started:.1f} s.")
+        chain = ledger.verify(conv)
+        verdict = "intact" if chain.ok else f"BROKEN: {chain.problem}"
+        say(f"   hash chain of {conv[:13]}…: {chain.checked} events, {verdict}")
+    say(f"\nDone in {time.monotonic() - started:.1f} s. To see what it wrote:")
+    database = "" if shown_url is None else f" --database-url {shlex.quote(shown_url)}"
+    for command in (
+        f"history {conv}",
+        "runs",
+        f"audit timeline {run_id}",
+        "verify",
+    ):
+        say(f"  chatledger {command}{database}")
     return 0
-
-
-def _line(message: Message) -> str:
-    if message.tool_calls:
-        calls = ", ".join(f"{c.name}({c.arguments})" for c in message.tool_calls)
-        return f"{message.role:>9}: calls {calls}"
-    return f"{message.role:>9}: {message.content}"
 
 
 def _wait_for_tool_batch(
@@ -205,4 +236,4 @@ async def _resume_when_stale(worker: ResumeWorker) -> list[ResumeOutcome]:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["child"]:
-        child(sys.argv[2], sys.argv[3])
+        child(sys.argv[2])

@@ -1,0 +1,239 @@
+"""The `chatledger` command: `main` and its argument parser.
+
+Every subcommand takes `--database-url` (or `CHATLEDGER_DATABASE_URL`; the
+default is the SQLite file ./chatledger.db) and, where it reads or writes a
+tenant's data, `--tenant` (default `default`). Output is a readable table for
+people, or JSON with `--json`. Errors are one line on stderr and a non-zero
+exit status, never a traceback.
+
+The parser names each command's handler as `module:function` in this package
+and imports that module only when the command runs (`_commands`, `_audit`), so
+`chatledger --version` and `--help` load no SQLAlchemy, driver or httpx.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from engine._cli._common import DEFAULT_TENANT, EXIT_ERROR
+from store import ChatledgerError, __version__
+
+__all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit status."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help()
+        return 0
+    try:
+        return int(_handler(args.handler)(args))
+    except ChatledgerError as error:
+        # One line, whatever the driver's message looked like.
+        print(f"chatledger: error: {' '.join(str(error).split())}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print("chatledger: interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:
+        # A command line prints sentences, never a traceback; one that reaches
+        # here is a defect of ours, and CHATLEDGER_DEBUG=1 shows where it is.
+        if os.environ.get("CHATLEDGER_DEBUG"):
+            raise
+        print(
+            f"chatledger: internal error: {type(error).__name__}: {' '.join(str(error).split())}. "
+            f"This is a defect in chatledger; rerun with CHATLEDGER_DEBUG=1 for the traceback "
+            f"and report it.",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
+
+
+def _handler(name: str) -> Callable[[argparse.Namespace], int]:
+    """The function that `name` (`module:function`, in this package) names, imported now."""
+    module, _, function = name.partition(":")
+    found: Callable[[argparse.Namespace], int] = getattr(
+        importlib.import_module(f"{__name__}.{module}"), function
+    )
+    return found
+
+
+def _count(low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from `low` to `high`."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is not from {low} to {high:,}")
+        return value
+
+    return parse
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--database-url",
+        default=os.environ.get("CHATLEDGER_DATABASE_URL"),
+        help="SQLAlchemy URL (default: $CHATLEDGER_DATABASE_URL, else sqlite:///chatledger.db)",
+    )
+    tenant = argparse.ArgumentParser(add_help=False)
+    tenant.add_argument(
+        "--tenant", default=DEFAULT_TENANT, help=f"the tenant (default: {DEFAULT_TENANT})"
+    )
+    output = argparse.ArgumentParser(add_help=False)
+    output.add_argument("--json", action="store_true", help="print JSON for programs")
+
+    parser = argparse.ArgumentParser(
+        prog="chatledger", description="An event-sourced conversation store for LLM agents."
+    )
+    parser.add_argument("--version", action="version", version=f"chatledger {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    def command(
+        name: str, run: str, help: str, *parents: argparse.ArgumentParser
+    ) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, parents=list(parents), help=help)
+        p.set_defaults(handler=run)
+        return p
+
+    command("migrate", "_commands:migrate", "create or upgrade chatledger's tables", common)
+    command("demo", "_commands:demo", "show the whole product offline in a few seconds", common)
+
+    p = command(
+        "history", "_commands:history", "print a conversation's history", common, tenant, output
+    )
+    p.add_argument("conversation", help="the conversation id")
+    p.add_argument("--at", help="a position on the head's lineage, or an ISO timestamp")
+    p.add_argument("--raw", action="store_true", help="as recorded, without repair")
+
+    p = command("runs", "_commands:runs", "list runs", common, tenant, output)
+    p.add_argument("--status", choices=["running", "completed", "failed", "canceled"])
+    p.add_argument("--attention", action="store_true", help="only runs that need a person")
+    p.add_argument("--conversation", help="only runs of this conversation")
+    p.add_argument("--limit", type=_count(1, 100_000), default=50)
+
+    p = command("fork", "_commands:fork", "fork a conversation", common, tenant, output)
+    p.add_argument("conversation", help="the conversation id")
+    p.add_argument(
+        "--at",
+        type=_count(1, 2**31 - 1),
+        help="a position on the head's lineage (default: head)",
+    )
+
+    p = command("resume", "_commands:resume", "resume crashed runs with a worker", common, output)
+    p.add_argument("--agent", required=True, help="the agent, as module:attribute")
+    p.add_argument("--once", action="store_true", help="one pass, then exit")
+    p.add_argument("--concurrency", type=_count(1, 256), default=1, help="workers in this process")
+    p.add_argument("--lease-seconds", type=float, default=30.0)
+    p.add_argument("--max-attempts", type=_count(1, 1000), default=3)
+
+    p = command(
+        "verify",
+        "_commands:verify",
+        "recompute the hash chains and name the first event that does not match",
+        common,
+        output,
+    )
+    p.add_argument("--conversation", help="only this conversation (of --tenant)")
+    p.add_argument("--tenant", help="only this tenant's conversations")
+    p.add_argument(
+        "--recompute",
+        choices=["auto", "database", "client"],
+        default="auto",
+        help="where hashes are computed: auto (in SQL on Postgres, here on SQLite), "
+        "database, or client (here, independent of the server's functions)",
+    )
+
+    command("rebuild", "_commands:rebuild", "recompute every view from the events", common)
+
+    p = command("chat", "_commands:chat", "chat with an OpenAI-compatible model", common, tenant)
+    p.add_argument("--model", default=os.environ.get("CHATLEDGER_MODEL", "gpt-4o-mini"))
+    p.add_argument("--conversation", help="continue this conversation")
+
+    _add_audit(sub, common, tenant, output)
+    return parser
+
+
+def _add_audit(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+    *parents: argparse.ArgumentParser,
+) -> None:
+    """`audit` and its questions (answered by `engine._cli._audit`); `parents` are the
+    options every question takes."""
+    audit = subparsers.add_parser("audit", help="answer audit questions from the log")
+    sub = audit.add_subparsers(dest="audit_command", metavar="QUESTION", required=True)
+
+    def leaf(name: str, help: str) -> Any:
+        p = sub.add_parser(name, parents=list(parents), help=help, description=help)
+        p.set_defaults(handler=f"_audit:{name}")
+        return p
+
+    def paged(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--limit", type=int, default=100, help="items per page (default 100)")
+        p.add_argument("--after", help="the cursor a previous page printed")
+        p.add_argument("--all", action="store_true", help="follow every page")
+
+    def window(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--since", help="from this ISO time (inclusive; UTC unless it says)")
+        p.add_argument("--until", help="up to this ISO time (exclusive)")
+
+    p = leaf("timeline", "every event of a run, in order, with stage and timing")
+    p.add_argument("run", help="the run id")
+    p.add_argument("--kind", action="append", help="only this event kind (repeatable)")
+    paged(p)
+
+    p = leaf("request", "what the model saw: request N of a run, rebuilt from the log")
+    p.add_argument("run", help="the run id")
+    p.add_argument("number", type=int, help="the request number (from 1)")
+    p.add_argument("--agent", help="the run's agent, as module:attribute, to check the digest")
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--instructions", help="the instructions the run resolved")
+    source.add_argument("--instructions-file", type=Path, help="... read from a file")
+    p.add_argument("--body", action="store_true", help="print the rebuilt wire body (--agent)")
+
+    p = leaf("tools", "tool executions: finished, failed, running, uncertain")
+    p.add_argument("--conversation", help="only this conversation's calls")
+    p.add_argument("--run", help="only this run's calls")
+    p.add_argument("--tool", help="only calls of this tool")
+    p.add_argument(
+        "--status",
+        action="append",
+        choices=["finished", "failed", "running", "uncertain"],
+        help="only calls that ended so (repeatable); uncertain: started, never finished",
+    )
+    window(p)
+    paged(p)
+
+    p = leaf("messages", "messages a caller supplied (client) or repair synthesized")
+    p.add_argument("--conversation", help="only this conversation's messages")
+    p.add_argument("--run", help="only this run's messages")
+    p.add_argument("--origin", choices=["client", "repair"], help="only this origin")
+    window(p)
+    paged(p)
+
+    p = leaf("lineage", "a conversation's branches, forks in and out, and resumes")
+    p.add_argument("conversation", help="the conversation id")
+
+    p = leaf("events", "the raw log, filtered")
+    p.add_argument("--conversation", help="only this conversation's events")
+    p.add_argument("--run", help="only this run's events")
+    p.add_argument("--kind", action="append", help="only this event kind (repeatable)")
+    p.add_argument("--tool", help="only tool.started events and tool results of this tool")
+    p.add_argument("--origin", choices=["run", "client", "repair"], help="only this origin")
+    failed = p.add_mutually_exclusive_group()
+    failed.add_argument("--failed", action="store_true", help="only events recording a failure")
+    failed.add_argument("--not-failed", action="store_true", help="only the others")
+    window(p)
+    paged(p)

@@ -1,0 +1,317 @@
+"""`chatledger audit ...`: the audit queries on the command line.
+
+```
+chatledger audit timeline RUN                    every event of a run, with stage and timing
+chatledger audit request RUN N [--agent M:A]     what the model saw in request N (and its digest check)
+chatledger audit tools [--tool NAME] [--status uncertain] [--since ISO --until ISO]
+chatledger audit messages [--origin client|repair] [--conversation ID]
+chatledger audit lineage CONVERSATION            branches, forks in and out, resumes
+chatledger audit events [--run ID] [--kind K ...] [--failed] ...
+```
+
+Lists are pages: `--limit` (default 100), `--after CURSOR` to read on (the
+command prints the cursor), `--all` to follow every page. Output is a table,
+or JSON with `--json`. Errors are one line, as for every command. The options
+are declared with the other commands' in `engine._cli`; this module is
+imported when an `audit` command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, TypeVar
+
+from engine._cli._common import (
+    UsageError,
+    load_agent,
+    message_line,
+    open_store,
+    parse_time,
+    print_json,
+    print_table,
+    to_json,
+)
+from store import Audit, Event, Lineage, Page, RecordedRequest, TimelineEntry, ToolExecution
+from store.messages import load_message
+
+T = TypeVar("T")
+
+# The event listings have always left out the idempotency key and the chain
+# hash (`chatledger verify` answers for the chain).
+_EVENT_EXCLUDE = {"idempotency_key", "hash"}
+
+
+def timeline(args: argparse.Namespace) -> int:
+    page = _pages(
+        args,
+        lambda a, after: a.run_timeline(args.run, kinds=args.kind, after=after, limit=args.limit),
+    )
+    out = to_json(
+        page, Page[TimelineEntry], exclude={"items": {"__all__": {"event": _EVENT_EXCLUDE}}}
+    )
+    # A timeline row is the event's own keys, then its stage and time since the run started.
+    out["items"] = [
+        {**t["event"], "stage": t["stage"], "elapsedSeconds": t["elapsed"]} for t in out["items"]
+    ]
+    return _print_page(args, out, _timeline_row, "No events.")
+
+
+def request(args: argparse.Namespace) -> int:
+    instructions = args.instructions
+    if args.instructions_file is not None:
+        try:
+            instructions = args.instructions_file.read_text(encoding="utf-8")
+        except OSError as error:
+            raise UsageError(f"Cannot read --instructions-file: {error}.") from error
+    out: dict[str, Any]
+    with open_store(args) as store:
+        ledger = store.tenant(args.tenant)
+        if args.agent is None:
+            recorded = ledger.audit.model_request(
+                args.run, args.number, instructions=instructions or ""
+            )
+            out = to_json(recorded, RecordedRequest)
+        else:
+            from engine.audit import rebuild_request
+
+            agent = load_agent(args.agent)
+            check = rebuild_request(ledger, args.run, args.number, agent, instructions=instructions)
+            recorded = check.recorded
+            out = to_json(recorded, RecordedRequest) | {
+                "rebuiltDigest": check.prepared.digest,
+                "matches": check.matches,
+                "stream": check.prepared.stream,
+                "body": check.body.decode("utf-8"),
+            }
+    if args.json:
+        print_json(out)
+    else:
+        for message in recorded.messages:
+            print(message_line(message, cut=100))
+        print(f"recorded digest: {recorded.digest}")
+        if "matches" in out:
+            verdict = "matches" if out["matches"] else "DOES NOT MATCH"
+            print(f"rebuilt digest:  {out['rebuiltDigest']} ({verdict})")
+            if args.body:
+                print(out["body"])
+    return 1 if out.get("matches") is False else 0
+
+
+def tools(args: argparse.Namespace) -> int:
+    since, until = _window(args)
+    page = _pages(
+        args,
+        lambda a, after: a.tool_executions(
+            conversation_id=args.conversation,
+            run_id=args.run,
+            tool_name=args.tool,
+            status=args.status,
+            since=since,
+            until=until,
+            after=after,
+            limit=args.limit,
+        ),
+    )
+    out = to_json(page, Page[ToolExecution])
+    return _print_page(args, out, _tool_row, "No tool executions.")
+
+
+def messages(args: argparse.Namespace) -> int:
+    since, until = _window(args)
+    page = _pages(
+        args,
+        lambda a, after: a.supplied_and_repaired(
+            conversation_id=args.conversation,
+            run_id=args.run,
+            origin=args.origin,
+            since=since,
+            until=until,
+            after=after,
+            limit=args.limit,
+        ),
+    )
+    out = to_json(page, Page[Event], exclude={"items": {"__all__": _EVENT_EXCLUDE}})
+    return _print_page(args, out, _message_row, "No client or repair messages.")
+
+
+def lineage(args: argparse.Namespace) -> int:
+    with open_store(args) as store:
+        tree = store.tenant(args.tenant).audit.lineage(args.conversation)
+    full = to_json(tree, Lineage)
+    conversation = full["conversation"]
+    # The lineage names conversations, it does not list them: this one by its
+    # id, head and fork point, each fork out by its id and fork point.
+    out = {
+        "conversation": conversation["id"],
+        "head": conversation["head"],
+        "forkedFrom": conversation["forkedFrom"],
+        "branches": full["branches"],
+        "forks": [{"id": f["id"], "forkedFrom": f["forkedFrom"]} for f in full["forks"]],
+        "resumes": full["resumes"],
+    }
+    if args.json:
+        print_json(out)
+        return 0
+    fork = out["forkedFrom"]
+    came = (
+        f" (forked from {fork['conversationId']} at {fork['branchId']}:{fork['position']})"
+        if fork
+        else ""
+    )
+    print(f"Conversation {tree.conversation.id}{came}")
+    print()
+    print_table(
+        [
+            {
+                "branch": b["id"],
+                "reason": b["reason"],
+                "parent": f"{b['parent']['branchId']}:{b['parent']['position']}"
+                if b["parent"]
+                else "",
+                "positions": f"{b['firstPosition']}-{b['tip']}",
+                "run": b["runId"],
+                "resumes": b["resumesRunId"],
+                "head": "head" if b["holdsHead"] else "",
+            }
+            for b in out["branches"]
+        ],
+        ["branch", "reason", "parent", "positions", "run", "resumes", "head"],
+        empty="No branches.",
+    )
+    for f in out["forks"]:
+        at = f["forkedFrom"]
+        print(f"fork out: {f['id']} at {at['branchId']}:{at['position']}")
+    for r in out["resumes"]:
+        print(f"resume: run {r['runId']} resumes {r['resumes']} ({r['status']})")
+    return 0
+
+
+def events(args: argparse.Namespace) -> int:
+    since, until = _window(args)
+    failed = True if args.failed else False if args.not_failed else None
+    page = _pages(
+        args,
+        lambda a, after: a.events(
+            conversation_id=args.conversation,
+            run_id=args.run,
+            kinds=args.kind,
+            tool_name=args.tool,
+            origin=args.origin,
+            failed=failed,
+            since=since,
+            until=until,
+            after=after,
+            limit=args.limit,
+        ),
+    )
+    out = to_json(page, Page[Event], exclude={"items": {"__all__": _EVENT_EXCLUDE}})
+    return _print_page(args, out, _event_row, "No events.")
+
+
+# -- plumbing ---------------------------------------------------------------------------
+
+
+def _window(args: argparse.Namespace) -> tuple[datetime | None, datetime | None]:
+    """`--since` and `--until`, parsed."""
+    return (
+        None if args.since is None else parse_time(args.since, "--since"),
+        None if args.until is None else parse_time(args.until, "--until"),
+    )
+
+
+def _pages(args: argparse.Namespace, read: Callable[[Audit, str | None], Page[T]]) -> Page[T]:
+    """One page, or with --all every page that is ready, as one."""
+    with open_store(args) as store:
+        audit = store.tenant(args.tenant).audit
+        page = read(audit, args.after)
+        items = list(page.items)
+        while args.all and page.has_more:
+            page = read(audit, page.next_after)
+            items += page.items
+    return Page(items, page.next_after, page.has_more, page.pending)
+
+
+def _print_page(
+    args: argparse.Namespace,
+    out: dict[str, Any],
+    line: Callable[[dict[str, Any]], dict[str, Any]],
+    empty: str,
+) -> int:
+    """`out`, a page as JSON data, as JSON or as a table of `line(item)` rows."""
+    if args.json:
+        print_json(out)
+        return 0
+    table = [line(r) for r in out["items"]]
+    print_table(table, list(table[0]) if table else [], empty=empty)
+    if out["hasMore"]:
+        print(f"More: --after {out['nextAfter']}")
+    if out["pending"]:
+        print(
+            "Newer events are committed but held back until an older open transaction ends; "
+            f"run again with --after {out['nextAfter']}."
+        )
+    return 0
+
+
+# -- table rows -------------------------------------------------------------------------
+
+
+def _summary(kind: str, payload: dict[str, Any]) -> str:
+    if kind == "message.recorded":
+        return message_line(load_message(payload), cut=100)
+    if kind == "tool.started":
+        return f"{payload.get('name')} ({payload.get('callId')})"
+    if kind == "tool.finished":
+        return f"{payload.get('callId')}{' failed' if payload.get('failed') else ''}"
+    if kind in ("model.requested", "model.responded"):
+        digest = payload.get("digest")
+        return f"#{payload.get('request')}" + (f" sha256 {digest[:16]}..." if digest else "")
+    if kind in ("run.failed", "run.canceled"):
+        return f"{payload.get('stage') or ''} {payload.get('error') or ''}".strip()[:80]
+    return ""
+
+
+def _event_row(r: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "seq": r["seq"],
+        "kind": r["kind"],
+        "origin": r["origin"],
+        "conversation": r["conversationId"],
+        "run": r["runId"],
+        "pos": r["position"],
+        "recorded": r["recordedAt"],
+        "what": _summary(r["kind"], r["payload"]),
+    }
+
+
+def _timeline_row(r: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "elapsed": f"{r['elapsedSeconds']:.3f}s",
+        "stage": r["stage"],
+        "kind": r["kind"],
+        "pos": r["position"],
+        "what": _summary(r["kind"], r["payload"]),
+    }
+
+
+def _tool_row(r: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "started": r["startedAt"],
+        "name": r["name"],
+        "call": r["callId"],
+        "status": r["status"],
+        "run": r["runId"],
+        "finished": r["finishedAt"],
+    }
+
+
+def _message_row(r: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "seq": r["seq"],
+        "origin": r["origin"],
+        "conversation": r["conversationId"],
+        "run": r["runId"],
+        "message": _summary(r["kind"], r["payload"]),
+    }

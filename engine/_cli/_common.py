@@ -1,0 +1,154 @@
+"""What every `chatledger` command shares.
+
+Opening the store, loading an agent named `module:attribute`, one table
+printer, one message line, ISO times, the usage error, and JSON through
+pydantic. It loads no database code itself: `open_store` does, once a
+command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from store import ChatledgerError, Message
+
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter
+
+    from engine.agent import Agent
+    from store import Store
+
+__all__ = [
+    "DEFAULT_TENANT",
+    "EXIT_ERROR",
+    "UsageError",
+    "load_agent",
+    "message_line",
+    "open_store",
+    "parse_time",
+    "print_json",
+    "print_table",
+    "to_json",
+    "where",
+]
+
+DEFAULT_TENANT = "default"
+"""The tenant of every command given no `--tenant`, and the one the demo writes to."""
+
+EXIT_ERROR = 1
+"""The exit status of a command that failed with a sentence on stderr."""
+
+
+class UsageError(ChatledgerError):
+    """A command was called in a way it cannot honour; the message says how to call it.
+
+    Printed as one line on stderr, exit status 1 (argparse's own errors exit 2).
+    """
+
+
+def open_store(args: argparse.Namespace, *, check: bool = True) -> Store:
+    """The store at `--database-url`; with `check`, refuse one that is not migrated."""
+    from store import Store  # SQLAlchemy and the drivers: only once a command runs
+
+    store = Store.open(args.database_url)
+    if check:
+        store.check_schema()
+    return store
+
+
+def where(store: Store) -> str:
+    """The store's URL, password hidden."""
+    return store.engine.url.render_as_string(hide_password=True)
+
+
+def load_agent(spec: str) -> Agent:
+    """The `engine.Agent` that `--agent module:attribute` names."""
+    from engine.agent import Agent
+
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise UsageError(
+            f"--agent takes module:attribute (e.g. myapp.agents:support), not {spec!r}."
+        )
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise UsageError(f"Cannot import {module_name!r} for --agent: {error}.") from error
+    try:
+        agent = getattr(module, attribute)
+    except AttributeError:
+        raise UsageError(f"Module {module_name!r} has no attribute {attribute!r}.") from None
+    if not isinstance(agent, Agent):
+        raise UsageError(f"{spec} is a {type(agent).__name__}, not an engine.Agent.")
+    return agent
+
+
+def parse_time(value: str, option: str, takes: str = "") -> datetime:
+    """`value` as an ISO time, or a `UsageError` that says what `option` takes."""
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        takes = takes or "an ISO time such as 2026-11-29T12:00:00+00:00"
+        raise UsageError(f"{option} takes {takes}, not {value!r}.") from None
+
+
+def message_line(message: Message, *, align: int = 0, cut: int | None = None) -> str:
+    """A message on one line: `role: text`, or `role: calls name(arguments), ...`.
+
+    Args:
+        message: the message.
+        align: right-align the role in this many columns (a transcript).
+        cut: squeeze the text's whitespace and cut the line to this many
+            characters (a table cell).
+    """
+    role = message.role.rjust(align)
+    if message.tool_calls:
+        calls = ", ".join(f"{c.name}({c.arguments})" for c in message.tool_calls)
+        return f"{role}: calls {calls}"[:cut]
+    text = message.text if cut is None else " ".join(message.text.split())
+    marker = " [failed]" if message.failed else ""
+    return f"{role}: {text}"[:cut] + marker
+
+
+def print_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], *, empty: str) -> None:
+    """Rows as aligned columns under an upper-case header; `empty` when there are none."""
+    if not rows:
+        print(empty)
+        return
+    cells = [["" if r[c] is None else str(r[c]) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(columns)]
+    print("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
+    for row in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+
+
+def to_json(value: Any, of: Any, **options: Any) -> Any:
+    """`value`, a value of type `of` (`Run`, `list[Verification]`, `Page[Event]`...), as JSON data.
+
+    The keys are the camelCase aliases the values' `__pydantic_config__`
+    gives; `options` go to `TypeAdapter.dump_python` (`exclude=...`).
+    """
+    return _adapter(of).dump_python(value, mode="json", by_alias=True, **options)
+
+
+def print_json(data: Any) -> None:
+    """One line of JSON on stdout.
+
+    `json.dumps`, not pydantic's `dump_json`: the same spacing and ASCII
+    escapes the commands have always printed.
+    """
+    print(json.dumps(data))
+
+
+@functools.cache
+def _adapter(of: Any) -> TypeAdapter[Any]:
+    # Building an adapter compiles a serializer: once per type and process.
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(of)
