@@ -9,11 +9,20 @@ from store import Message, Store
 
 
 def append(
-    url: str, tenant: str, conversation_ids: Sequence[str], count: int, writer: int, done: Any
+    url: str,
+    tenant: str,
+    conversation_ids: Sequence[str],
+    count: int,
+    writer: int,
+    done: Any,
+    fast_paths: bool,
 ) -> None:
-    """Append `count` one-message turns across the conversations, then set `done`."""
+    """Append `count` one-message turns across the conversations, then set `done`.
+
+    The store's fast paths are on or off as in the test's own store.
+    """
     try:
-        with Store.open(url) as store:
+        with Store.open(url, fast_paths=fast_paths) as store:
             ledger = store.tenant(tenant)
             for n in range(count):
                 conversation = conversation_ids[n % len(conversation_ids)]

@@ -62,11 +62,12 @@ def write_until(
 
 
 def process_writer(
-    url: str, tenant: str, conversation_id: str, writer: int, seconds: float
+    url: str, tenant: str, conversation_id: str, writer: int, seconds: float, fast_paths: bool
 ) -> dict[str, Any]:
-    """`write_until` in a process of its own, with its own store, for `seconds`
-    from when the process is ready (a loaded machine starts processes late)."""
-    with Store.open(url) as store:
+    """`write_until` in a process of its own, with its own store (fast paths on
+    or off, as the test's store), for `seconds` from when the process is ready
+    (a loaded machine starts processes late)."""
+    with Store.open(url, fast_paths=fast_paths) as store:
         ledger = store.tenant(tenant)
         ledger.conversation(conversation_id)  # connected and warmed up
         return write_until(ledger, conversation_id, writer, time.time() + seconds)

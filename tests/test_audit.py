@@ -354,7 +354,7 @@ PER_WRITER = 60
 
 
 def test_pages_return_every_event_exactly_once_while_processes_append(
-    database_url: str, ledger: Ledger
+    database_url: str, store: Store, ledger: Ledger
 ) -> None:
     conversations = [ledger.create_conversation().id for _ in range(4)]
     context = multiprocessing.get_context("spawn")
@@ -362,7 +362,15 @@ def test_pages_return_every_event_exactly_once_while_processes_append(
     writers = [
         context.Process(
             target=_audit_writer.append,
-            args=(database_url, ledger.tenant, conversations, PER_WRITER, w, done[w]),
+            args=(
+                database_url,
+                ledger.tenant,
+                conversations,
+                PER_WRITER,
+                w,
+                done[w],
+                store.fast_paths,
+            ),
         )
         for w in range(WRITERS)
     ]

@@ -36,7 +36,15 @@ def test_racing_writers_keep_positions_dense_and_lose_nothing(
         context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(WRITERS, mp_context=context) as pool:
             futures = [
-                pool.submit(process_writer, database_url, ledger.tenant, conv.id, w, SECONDS)
+                pool.submit(
+                    process_writer,
+                    database_url,
+                    ledger.tenant,
+                    conv.id,
+                    w,
+                    SECONDS,
+                    store.fast_paths,
+                )
                 for w in range(WRITERS)
             ]
             results = [f.result() for f in futures]
