@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
@@ -13,18 +10,6 @@ from alembic.runtime.migration import MigrationContext
 from store import Ledger, Message, SchemaError, StorageError, Store
 from store._sql import migrate as _migrate
 from store.schema import metadata
-from tests.conftest import create_postgres_database, drop_postgres_database
-
-
-@pytest.fixture
-def empty_url(backend: str, tmp_path: Path) -> Iterator[str]:
-    """An empty database on the current backend."""
-    if backend == "sqlite":
-        yield f"sqlite:///{tmp_path / 'empty.db'}"
-        return
-    url = create_postgres_database("chatledger_migrations")
-    yield url
-    drop_postgres_database(url)
 
 
 def chatledger_tables(engine: sa.Engine) -> set[str]:

@@ -24,7 +24,7 @@ from store._sql.ops import Op
 from store._sql.translate import unique_violation
 from store.ids import new_id
 from store.schema import branches, conversations
-from tests.conftest import create_postgres_database, drop_postgres_database, postgres_admin_url
+from tests.conftest import postgres_admin_url
 
 
 def driver_op(sql: str, *params: Any) -> Op[int]:
@@ -60,28 +60,9 @@ def pool_op(sql: str, *params: Any) -> Op[int]:
 PATHS: dict[str, Callable[..., Op[int]]] = {"driver": driver_op, "pool": pool_op}
 
 
-@pytest.fixture
-def store(database_url: str) -> Iterator[Store]:
-    """A store with its fast paths on (the default), once per backend: the
-    driver path is one of the two under test."""
-    with Store.open(database_url) as opened:
-        yield opened
-
-
-@pytest.fixture
-def ledger(store: Store) -> Ledger:
-    return store.tenant(f"tenant-{uuid.uuid4().hex[:8]}")
-
-
-@pytest.fixture
-def empty_url(backend: str, tmp_path: Path) -> Iterator[str]:
-    """A database on the current backend without chatledger's tables."""
-    if backend == "sqlite":
-        yield f"sqlite:///{tmp_path / 'empty.db'}"
-        return
-    url = create_postgres_database("chatledger_translate")
-    yield url
-    drop_postgres_database(url)
+# The driver path (a fast path's connection) is one of the two under test, so
+# the conftest store runs here with its fast paths on only.
+pytestmark = pytest.mark.fast_paths_only
 
 
 # --- tables missing: SchemaError ------------------------------------------------------
