@@ -5,12 +5,13 @@ other light entry points do not pay for the providers, httpx or the store's
 database layer.
 """
 
-import importlib
-import typing
+import importlib as _importlib
+import importlib.util as _importlib_util
+import typing as _typing
 
 from store import __version__
 
-if typing.TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
     from engine._errors import Partial, RunError
     from engine._values import Hit, Result, RunContext, Source
     from engine.agent import Agent
@@ -44,11 +45,14 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> typing.Any:
+def __getattr__(name: str) -> _typing.Any:
     module = _LAZY.get(name)
-    if module is None:
+    if module is not None:
+        value = getattr(_importlib.import_module(module), name)
+    elif not name.startswith("_") and _importlib_util.find_spec(f"{__name__}.{name}"):
+        value = _importlib.import_module(f"{__name__}.{name}")  # a submodule, as `engine.providers`
+    else:
         raise AttributeError(f"module 'engine' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
     globals()[name] = value  # once loaded, a plain attribute
     return value
 

@@ -79,7 +79,7 @@ class _ToolsExhausted(Exception):
     """The model kept making invalid calls past the agent's bound."""
 
 
-class _RequestsExhausted(Exception):
+class _RequestsExhausted(RuntimeError):
     """The run reached the agent's bound on model requests."""
 
 

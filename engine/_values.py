@@ -99,6 +99,7 @@ def context_block(hits: Sequence[Hit]) -> str:
 
     `""` when there are none, so a run without hits sends no block.
     """
+    hits = list(hits)  # a generator is truthy even when empty
     if not hits:
         return ""
     lines = [f"[{h.id}] {h.text}" for h in hits]

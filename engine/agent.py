@@ -91,7 +91,11 @@ class Agent:
 
     @staticmethod
     def digest(instructions: str) -> str:
-        """The sha256 of the instructions, recorded in `run.started` (`instructions_digest`)."""
+        """The sha256 of the instructions, as `run.started` records it.
+
+        Informational: runs and audits compute it with
+        `store.history.instructions_digest`, so overriding this changes neither.
+        """
         return instructions_digest(instructions)
 
     async def run_async(

@@ -8,8 +8,9 @@ first use (PEP 562): `from store import Store` works as ever, and
 `import store.messages` stays cheap.
 """
 
-import importlib
-import typing
+import importlib as _importlib
+import importlib.util as _importlib_util
+import typing as _typing
 
 from store._errors import (
     ChatledgerError,
@@ -65,7 +66,7 @@ from store.messages import (
     Usage,
 )
 
-if typing.TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
     from store._async import AsyncLedger, AsyncStore
     from store._audit import AsyncAudit, Audit
     from store._sql.pages import Page
@@ -86,11 +87,14 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> typing.Any:
+def __getattr__(name: str) -> _typing.Any:
     module = _LAZY.get(name)
-    if module is None:
+    if module is not None:
+        value = getattr(_importlib.import_module(module), name)
+    elif not name.startswith("_") and _importlib_util.find_spec(f"{__name__}.{name}"):
+        value = _importlib.import_module(f"{__name__}.{name}")  # a submodule, as `store.schema`
+    else:
         raise AttributeError(f"module 'store' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
     globals()[name] = value  # once loaded, a plain attribute
     return value
 

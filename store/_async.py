@@ -11,7 +11,6 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.ext.asyncio import create_async_engine as sa_create_async_engine
 
@@ -21,8 +20,8 @@ from store._ops import Operations, StoreOperations, completed
 from store._sql.dialect import (
     WRITE,
     Durability,
+    database_url,
     install_sqlite_hooks,
-    normalize_url,
 )
 from store._sql.ops import Op, in_transaction, run_fast
 from store._sql.translate import translating
@@ -79,7 +78,7 @@ class AsyncStore:
         psycopg 3's async mode.
         """
         if engine is None:
-            parsed = make_url(normalize_url(url))
+            parsed = database_url(url)
             if parsed.drivername in ("sqlite", "sqlite+pysqlite"):
                 parsed = parsed.set(drivername="sqlite+aiosqlite")
             kwargs: dict[str, Any] = (

@@ -126,7 +126,7 @@ class Operations:
             )
         check_choice(origin, "origin", _ORIGINS)
         # Every option is checked here, before either path: the fast paths
-        # write without passing through `_log.append_messages`.
+        # write without passing through `_append.append_messages`.
         check_id(conversation_id, "conversation")
         _append.check_append_options(expected, run_id, idempotency_key)
         encoded = _log.encode_events(

@@ -55,9 +55,17 @@ RunStatus = Literal["running", "completed", "failed", "canceled"]
 # `pydantic.TypeAdapter(Event).dump_python(event, mode="json")` reads the
 # config and the annotations below to give each value one JSON form: camelCase
 # keys, like the message contract's, and times as `datetime.isoformat()`
-# writes them (`+00:00`, where pydantic would write `Z`).
+# writes them (`+00:00`, where pydantic would write `Z`). The JSON form is for
+# output (the command line's `--json`, a service's responses): an event's
+# payload appears parsed. In Python mode nothing changes but the keys, and
+# `validate_python(dump_python(value))` gives the value back.
 
-VALUE_CONFIG = ConfigDict(alias_generator=to_camel, serialize_by_alias=True, ser_json_bytes="hex")
+VALUE_CONFIG = ConfigDict(
+    alias_generator=to_camel,
+    serialize_by_alias=True,
+    validate_by_name=True,
+    ser_json_bytes="hex",
+)
 """The `__pydantic_config__` of every value the store returns."""
 
 
@@ -158,10 +166,10 @@ class Event:
     idempotency_key: str | None
     # In JSON: `payload`, parsed, as the property below gives it.
     payload_json: Annotated[
-        str, Field(alias="payload"), PlainSerializer(_parsed, return_type=Any)
+        str, Field(alias="payload"), PlainSerializer(_parsed, return_type=Any, when_used="json")
     ] = field(repr=False)
     hash: bytes = field(default=b"", repr=False)
-    """sha256 chained to the previous event of the lineage (see `store._chain`)."""
+    """sha256 chained to the previous event of the lineage (see `store._sql.chain`)."""
 
     @property
     def payload(self) -> dict[str, Any]:

@@ -22,6 +22,8 @@ import sys
 import time
 from collections.abc import Callable
 
+from sqlalchemy import make_url
+
 from engine._cli._common import DEFAULT_TENANT, message_line, where
 from engine.agent import Agent
 from engine.providers import ModelRequest
@@ -197,7 +199,7 @@ def demo(
         verdict = "intact" if chain.ok else f"BROKEN: {chain.problem}"
         say(f"   hash chain of {conv[:13]}…: {chain.checked} events, {verdict}")
     say(f"\nDone in {time.monotonic() - started:.1f} s. To see what it wrote:")
-    database = "" if shown_url is None else f" --database-url {shlex.quote(shown_url)}"
+    database = "" if shown_url is None else f" --database-url {shlex.quote(_hidden(shown_url))}"
     for command in (
         f"history {conv}",
         "runs",
@@ -205,7 +207,15 @@ def demo(
         "verify",
     ):
         say(f"  chatledger {command}{database}")
+    if shown_url is not None and _hidden(shown_url) != shown_url:
+        say("  (the password is hidden: put it back in, or set CHATLEDGER_DATABASE_URL)")
     return 0
+
+
+def _hidden(url: str) -> str:
+    """`url` with its password, if any, shown as `***` (printed text is often logged)."""
+    parsed = make_url(url)
+    return url if parsed.password is None else parsed.render_as_string(hide_password=True)
 
 
 def _wait_for_tool_batch(
