@@ -291,3 +291,12 @@ def test_an_empty_tenant_is_refused_not_taken_as_every_tenant(seeded: tuple[str,
     url, _ = seeded
     line = one_line_error(chatledger("verify", "--tenant", "", url=url))
     assert "tenant ''" in line
+
+
+def test_the_demo_prints_no_password() -> None:
+    from engine._cli._demo import _hidden
+
+    assert (
+        _hidden("postgresql+psycopg://u:s3cret@h:5432/db") == "postgresql+psycopg://u:***@h:5432/db"
+    )
+    assert _hidden("sqlite:////tmp/a b.db") == "sqlite:////tmp/a b.db"

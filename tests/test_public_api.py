@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import types
 
 import pytest
@@ -34,3 +36,19 @@ def test_every_public_error_is_a_chatledger_error() -> None:
     plain = [e for e in errors if not issubclass(e, store.ChatledgerError)]
     # Canceled and ToolFailed are raised *by tools* to steer the run, not by chatledger.
     assert {e.__name__ for e in plain} == {"Canceled", "ToolFailed"}
+
+
+def test_submodules_are_package_attributes_without_their_own_import() -> None:
+    """`import store; store.schema.metadata` works as before the names became lazy."""
+    code = (
+        "import store, engine\n"
+        "assert store.schema.metadata.tables\n"
+        "assert engine.providers.ScriptedModel and engine.agent.Agent\n"
+        "try:\n"
+        "    store.no_such_name\n"
+        "except AttributeError:\n"
+        "    pass\n"
+        "else:\n"
+        "    raise SystemExit('a missing name resolved')\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
