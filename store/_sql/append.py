@@ -20,7 +20,7 @@ When the common case does not apply, nothing is written (on SQLite the
 transaction is rolled back) and None is returned; the general path then
 decides in a transaction of its own, reading everything afresh. The
 conformance suite runs twice: as shipped, and with the fast paths off
-(`Store.fast_paths = False`), so both paths answer to the same tests.
+(`Store.open(..., fast_paths=False)`), so both paths answer to the same tests.
 """
 
 from __future__ import annotations
