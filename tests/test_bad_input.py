@@ -114,9 +114,7 @@ def test_dict_tool_arguments_that_are_not_json_are_refused_naming_the_field(
         "toolCalls": [{"id": "c1", "name": "t", "arguments": NOT_JSON[name]}],
     }
     error = refused(
-        store,
-        lambda: ledger.append_messages(conv.id, [message]),
-        "arguments",  # type: ignore[list-item]
+        store, lambda: ledger.append_messages(conv.id, [message]), "arguments"  # type: ignore[list-item]
     )
     assert "toolCalls" in str(error)
     with pytest.raises(ValueError, match="arguments"):
@@ -178,8 +176,7 @@ def test_every_id_parameter_refuses_what_is_not_a_canonical_id(
             ledger.start_run(conv.id, owner="w"), stage="s" * 33, error="x"
         ),
         lambda ledger, conv: ledger.record(
-            ledger.start_run(conv.id, owner="w"),
-            [NewEvent("no.such.kind", {})],  # type: ignore[arg-type]
+            ledger.start_run(conv.id, owner="w"), [NewEvent("no.such.kind", {})]  # type: ignore[arg-type]
         ),
         lambda ledger, conv: ledger.record(
             ledger.start_run(conv.id, owner="w"),
