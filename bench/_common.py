@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import resource
 import sqlite3
 import statistics
 import subprocess
@@ -11,6 +12,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import psycopg
 import sqlalchemy as sa
@@ -65,6 +67,14 @@ def machine() -> dict[str, str]:
         commit = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
         ).stdout.strip()
+        # The library measured is the working tree's: say so when it differs from the commit.
+        if subprocess.run(
+            ["git", "status", "--porcelain", "--", "store", "engine"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip():
+            commit += " + uncommitted changes in store/ or engine/"
     except (OSError, subprocess.CalledProcessError):
         commit = "unknown"
     return {
@@ -76,6 +86,7 @@ def machine() -> dict[str, str]:
         "sqlite": sqlite3.sqlite_version,
         "commit": commit,
         "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "load average at start": " ".join(f"{x:.2f}" for x in os.getloadavg()),
     }
 
 
@@ -112,3 +123,47 @@ def write_section(path: str, heading: str, body: str) -> None:
     text = text.rstrip("\n") + "\n" + marker + "\n" + body.strip("\n") + "\n"
     with open(path, "w") as out:
         out.write(text)
+
+
+# -- CPU time: the client's from getrusage, a Postgres backend's from /proc ------------
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def client_cpu(who: int = resource.RUSAGE_SELF) -> float:
+    """User + system CPU seconds of this process (or its reaped children)."""
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _proc_cpu(pid: int) -> float:
+    """User + system CPU seconds of a process on this machine, from /proc/<pid>/stat."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
+
+
+def server_cpu(admin: psycopg.Connection[Any], application_name: str) -> dict[int, float]:
+    """CPU seconds so far of each Postgres backend serving `application_name`."""
+    pids = admin.execute(
+        "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (application_name,)
+    ).fetchall()
+    admin.commit()
+    return {pid: _proc_cpu(pid) for (pid,) in pids}
+
+
+def cpu_spent(before: dict[int, float], after: dict[int, float]) -> float:
+    """Server CPU seconds between two `server_cpu` snapshots (new backends from zero)."""
+    return sum(t - before.get(pid, 0.0) for pid, t in after.items())
+
+
+def with_application_name(url: str, name: str) -> str:
+    """A Postgres SQLAlchemy URL whose connections report `name` to the server."""
+    return (
+        sa.make_url(url)
+        .update_query_dict({"application_name": name})
+        .render_as_string(hide_password=False)
+    )
