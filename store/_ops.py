@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection
 
 from store import _repair
 from store._cache import MessageCache
-from store._checks import check_choice, check_id
+from store._checks import check_choice, check_id, check_new_id
 from store._errors import ConflictError, InvalidInputError, SchemaError
 from store._sql import append as _append
 from store._sql import log as _log
@@ -89,9 +89,21 @@ class Operations:
     def create_conversation(
         self, metadata: dict[str, Any] | None, conversation_id: str | None
     ) -> Op[Conversation]:
+        # Every input is checked here, before either path, as `fn` checks
+        # them (in the same order): the fast forms write without passing
+        # through `_log.create_conversation`.
+        check_new_id(conversation_id, "conversation")
+        tenant = self.tenant
+        meta_text, payload = _log.encode_root(tenant, metadata)
         return Op(
             "creating a conversation",
             write=True,
+            postgres=lambda cursor: _log.create_conversation_postgres(
+                cursor, tenant, conversation_id, meta_text, payload
+            ),
+            sqlite=lambda cursor: _log.create_conversation_sqlite(
+                cursor, tenant, conversation_id, meta_text, payload
+            ),
             fn=lambda c: _log.create_conversation(
                 c, self.tenant, metadata, conversation_id=conversation_id
             ),

@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from store import AsyncStore, ConflictError, Event, Ledger, Message, Store
+from store import AsyncStore, ConflictError, Conversation, Event, Ledger, Message, Store
 from store.ids import is_id, new_id
+from store.schema import branches, conversations, events, view_entries
 
 
 @contextmanager
@@ -138,3 +139,167 @@ def test_the_fast_and_general_paths_write_the_same_log(database_url: str) -> Non
     ):
         tenant = f"differential-{uuid.uuid4().hex[:8]}"
         assert written(fast.tenant(tenant)) == written(general.tenant(tenant))
+
+
+# -- creating a conversation --------------------------------------------------------------
+
+CREATIONS: list[tuple[dict[str, Any] | None, bool]] = [
+    (None, False),
+    ({}, False),
+    ({"user": "u1", "tags": ["a", "é", "\u2028"], "n": 1.5, "deep": {"z": None, "a": True}}, False),
+    (None, True),  # a caller-given id
+    ({"k": "v"}, True),
+]
+"""(metadata, whether the caller gives the id) for each conversation the differential creates."""
+
+
+def creation_rows(engine: sa.Engine, convs: list[Conversation], names: dict[str, str]) -> Any:
+    """Every column of the rows creating `convs` wrote, ids anonymized and times, seq, txid
+    and hashes taken out once checked."""
+    found: list[Any] = []
+    with engine.connect() as conn:
+        for conv in convs:
+            (row,) = conn.execute(
+                sa.select(conversations).where(conversations.c.id == conv.id)
+            ).mappings()
+            (branch,) = conn.execute(
+                sa.select(branches).where(branches.c.conversation_id == conv.id)
+            ).mappings()
+            (event,) = conn.execute(
+                sa.select(events).where(events.c.conversation_id == conv.id)
+            ).mappings()
+            views = conn.execute(
+                sa.select(view_entries).where(view_entries.c.conversation_id == conv.id)
+            ).all()
+            assert not views  # `conversation.created` is not a message
+            # The head's hash is that of its event; one clock, read in order.
+            assert bytes(row["head_hash"]) == bytes(event["hash"])
+            times = [branch["created_at"], event["recorded_at"], row["created_at"]]
+            assert times == sorted(times)
+            found.append(
+                anonymized(
+                    [
+                        {k: v for k, v in row.items() if k not in ("created_at", "head_hash")},
+                        {k: v for k, v in branch.items() if k != "created_at"},
+                        {
+                            k: v
+                            for k, v in event.items()
+                            if k not in ("seq", "txid", "recorded_at", "hash")
+                        },
+                    ],
+                    names,
+                )
+            )
+    return found
+
+
+def creation_record(
+    engine: sa.Engine,
+    reader: Ledger,
+    convs: list[Conversation],
+    conflicts: list[ConflictError],
+) -> list[Any]:
+    """What creating `convs` returned and wrote, and the conflicts' errors, comparable
+    across paths; `reader` (the same tenant) reads back and verifies."""
+    names: dict[str, str] = {}
+    for conv in convs:
+        # What the operation returned is what the log holds, and its chain verifies.
+        assert conv == reader.conversation(conv.id)
+        assert conv.head_open and reader.conversation(conv.id).head_open
+        assert reader.verify(conv.id).ok
+    returned = [
+        anonymized(
+            (c.id, c.tenant, c.head.branch_id, c.head.position, c.metadata, c.forked_from), names
+        )
+        for c in convs
+    ]
+    errors = [
+        (
+            str(e).replace(e.conversation_id or "", names.get(e.conversation_id or "", "taken")),
+            anonymized(e.conversation_id, names),
+        )
+        for e in conflicts
+    ]
+    return [returned, creation_rows(engine, convs, names), errors]
+
+
+def create_all(ledger: Ledger, taken: str) -> tuple[list[Conversation], list[ConflictError]]:
+    convs = [
+        ledger.create_conversation(m, conversation_id=new_id() if given else None)
+        for m, given in CREATIONS
+    ]
+    conflicts = []
+    # Taken by another tenant, and by this one (a conversation just created).
+    for cid in (taken, convs[3].id):
+        with pytest.raises(ConflictError) as caught:
+            ledger.create_conversation({"k": "v"}, conversation_id=cid)
+        conflicts.append(caught.value)
+    return convs, conflicts
+
+
+def test_the_fast_and_general_paths_create_the_same_conversations(database_url: str) -> None:
+    with (
+        Store.open(database_url) as fast,
+        Store.open(database_url, fast_paths=False) as general,
+    ):
+        tenant = f"created-{uuid.uuid4().hex[:8]}"
+        taken = fast.tenant(f"owner-{uuid.uuid4().hex[:8]}").create_conversation().id
+        before = counts(fast.engine)
+        records = []
+        for store in (fast, general):
+            ledger = store.tenant(tenant)
+            convs, conflicts = create_all(ledger, taken)
+            records.append(creation_record(store.engine, ledger, convs, conflicts))
+        # Five conversations each: a conversation, a branch and an event apiece, no view
+        # rows; the conflicts wrote nothing.
+        added = (10, 10, 10, 0)
+        assert counts(fast.engine) == tuple(n + d for n, d in zip(before, added, strict=True))
+        assert records[0] == records[1]
+
+
+async def test_the_async_store_creates_the_same_conversations(database_url: str) -> None:
+    tenant = f"created-{uuid.uuid4().hex[:8]}"
+    with Store.open(database_url, fast_paths=False) as general:
+        taken = general.tenant(f"owner-{uuid.uuid4().hex[:8]}").create_conversation().id
+        async with AsyncStore.open(database_url) as fast:
+            ledger = fast.tenant(tenant)
+            with statements(fast.engine.sync_engine) as seen:
+                convs = [
+                    await ledger.create_conversation(m, conversation_id=new_id() if g else None)
+                    for m, g in CREATIONS
+                ]
+            assert not seen  # the fast forms, on the driver's cursor
+            conflicts = []
+            for cid in (taken, convs[3].id):
+                with pytest.raises(ConflictError) as caught:
+                    await ledger.create_conversation({"k": "v"}, conversation_id=cid)
+                conflicts.append(caught.value)
+        reader = general.tenant(tenant)
+        record = creation_record(general.engine, reader, convs, conflicts)
+        expected_convs, expected_conflicts = create_all(reader, taken)
+        assert record == creation_record(general.engine, reader, expected_convs, expected_conflicts)
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast", "general"])
+def test_the_switch_decides_which_path_creating_a_conversation_takes(
+    database_url: str, fast: bool
+) -> None:
+    with Store.open(database_url, fast_paths=fast) as store:
+        ledger = store.tenant(f"switch-{uuid.uuid4().hex[:8]}")
+        given = ledger.create_conversation().id  # the driver connection is open from here
+        with statements(store.engine) as seen:
+            ledger.create_conversation({"k": "v"})
+            ledger.create_conversation(conversation_id=new_id())
+        assert bool(seen) is not fast
+        # A taken id: the fast form writes nothing and the general path raises.
+        with statements(store.engine) as seen, pytest.raises(ConflictError):
+            ledger.create_conversation(conversation_id=given)
+        assert seen
+
+
+def counts(engine: sa.Engine) -> tuple[int, ...]:
+    with engine.connect() as conn:
+        return tuple(
+            conn.execute(sa.select(sa.func.count()).select_from(t)).scalar_one()
+            for t in (conversations, branches, events, view_entries)
+        )
