@@ -171,7 +171,8 @@ class RawPostgres:
 
     def bytes_per_message(self) -> float:
         size, count = self.conn.execute(
-            "SELECT pg_total_relation_size('raw_messages'), count(*) FROM raw_messages"
+            "SELECT pg_total_relation_size('raw_messages') "
+            "+ pg_total_relation_size('raw_conversations'), count(*) FROM raw_messages"
         ).fetchone()  # type: ignore[misc]
         self.conn.commit()
         return float(size) / count
@@ -263,7 +264,7 @@ class RawSqlite:
 
     def bytes_per_message(self, path: str) -> float:
         return (
-            _sqlite_bytes(self.conn, ["raw_messages"])
+            _sqlite_bytes(self.conn, ["raw_messages", "raw_conversations"])
             / self.conn.execute("SELECT count(*) FROM raw_messages").fetchone()[0]
         )
 

@@ -136,7 +136,8 @@ def writers(url: str, kind: str, count: int, seconds: float) -> dict[str, float]
 
 
 def compare(url: str, counts: list[int], seconds: float, rounds: int) -> dict[int, dict[str, Any]]:
-    """Raw and chatledger writers, alternating who goes first; the median round of each."""
+    """Raw and chatledger writers, alternating who goes first; the middle round of each
+    (of two, the better)."""
     out: dict[int, dict[str, Any]] = {}
     for count in counts:
         runs: dict[str, list[dict[str, float]]] = {"raw": [], "ours": []}
