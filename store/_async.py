@@ -213,11 +213,20 @@ class AsyncLedger:
         run_id: str | None = None,
         idempotency_key: str | None = None,
         origin: str = "client",
+        create: bool = False,
+        metadata: dict[str, Any] | None = None,
     ) -> Appended:
         """See `Ledger.append_messages`."""
         return await self._store.execute(
             self._ops.append_messages(
-                conversation_id, messages, expected, run_id, idempotency_key, origin
+                conversation_id,
+                messages,
+                expected,
+                run_id,
+                idempotency_key,
+                origin,
+                create,
+                metadata,
             )
         )
 

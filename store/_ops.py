@@ -131,6 +131,8 @@ class Operations:
         run_id: str | None,
         idempotency_key: str | None,
         origin: str,
+        create: bool = False,
+        metadata: dict[str, Any] | None = None,
     ) -> Op[Appended]:
         if isinstance(messages, Message | dict | str | bytes) or not isinstance(messages, Sequence):
             raise InvalidInputError(
@@ -141,35 +143,54 @@ class Operations:
         # write without passing through `_append.append_messages`.
         check_id(conversation_id, "conversation")
         _append.check_append_options(expected, run_id, idempotency_key)
+        root = _root_if(create, self.tenant, metadata)
         encoded = _log.encode_events(
             [NewEvent.of_message(_as_message(m), origin=origin) for m in messages]  # type: ignore[arg-type]
         )
         tenant = self.tenant
 
-        def in_place(append: _append.Append) -> Callable[[Any], Appended | None] | None:
+        def in_place(
+            append: _append.Append, create_append: _append.CreateAppend
+        ) -> Callable[[Any], Appended | None] | None:
             if not encoded:
                 return None
-            return lambda handle: _append.appended_in_place(
-                conversation_id,
-                append(
-                    handle,
-                    tenant,
-                    conversation_id,
-                    encoded,
-                    expected=expected,
-                    run_id=run_id,
-                    idempotency_key=idempotency_key,
-                ),
-                encoded,
-                run_id,
-                idempotency_key,
-            )
+
+            def attempt(handle: Any) -> Appended | None:
+                done = None
+                # The create-append form goes first: with `create`, the
+                # conversation is likely new. Unless `expected` refuses a new
+                # one (its head is at 1): the general path then says so.
+                if root is not None and expected in (None, 1):
+                    done = create_append(
+                        handle,
+                        tenant,
+                        conversation_id,
+                        root,
+                        encoded,
+                        run_id=run_id,
+                        idempotency_key=idempotency_key,
+                    )
+                if done is None:
+                    done = append(
+                        handle,
+                        tenant,
+                        conversation_id,
+                        encoded,
+                        expected=expected,
+                        run_id=run_id,
+                        idempotency_key=idempotency_key,
+                    )
+                return _append.appended_in_place(
+                    conversation_id, done, encoded, run_id, idempotency_key
+                )
+
+            return attempt
 
         return Op(
             f"appending to conversation '{conversation_id}'",
             write=True,
-            postgres=in_place(_append.append_postgres),
-            sqlite=in_place(_append.append_sqlite),
+            postgres=in_place(_append.append_postgres, _append.create_append_postgres),
+            sqlite=in_place(_append.append_sqlite, _append.create_append_sqlite),
             fn=lambda c: _append.append_messages(
                 c,
                 self.tenant,
@@ -178,6 +199,8 @@ class Operations:
                 expected=expected,
                 run_id=run_id,
                 idempotency_key=idempotency_key,
+                create=create,
+                metadata=metadata,
             ),
         )
 
@@ -437,6 +460,21 @@ def _at_head(current: str | None) -> None:
             f"The database is at schema revision {current or 'none'}, but this chatledger "
             f"needs {head}. Run `store.migrate()` or `chatledger migrate`."
         )
+
+
+def _root_if(create: bool, tenant: str, metadata: Any) -> tuple[str, str] | None:
+    """For `append_messages(create=True)`: the new conversation's metadata text and
+    `conversation.created` payload, checked before anything is written."""
+    if not isinstance(create, bool):
+        raise InvalidInputError(f"create must be True or False, not {create!r}.")
+    if create:
+        return _log.encode_root(tenant, metadata)
+    if metadata is not None:
+        raise InvalidInputError(
+            "metadata is for the conversation an append creates: pass it with create=True, "
+            "or give it to create_conversation."
+        )
+    return None
 
 
 def _as_message(value: Message | dict[str, Any]) -> Message:

@@ -242,6 +242,8 @@ class Ledger:
         run_id: str | None = None,
         idempotency_key: str | None = None,
         origin: str = "client",
+        create: bool = False,
+        metadata: dict[str, Any] | None = None,
     ) -> Appended:
         """Append one turn at the head, atomically, and move the head past it.
 
@@ -252,10 +254,26 @@ class Ledger:
             run_id: a run id to stamp on the events.
             idempotency_key: a retried append with the same key and content
                 writes nothing and returns the original.
+            create: create the conversation, with `metadata` and the id
+                `conversation_id`, when the tenant has none by that id, in the
+                same transaction as the append (one round trip on the fast
+                path): for a backend that mints its own conversation ids.
+                `Appended.created` says whether it did. Pass it for a
+                conversation you expect to be new: on an existing one the
+                append costs one more statement. An id another tenant holds
+                is the `ConflictError` of `create_conversation`.
+            metadata: the new conversation's metadata; only with `create`.
         """
         return self._store.execute(
             self._ops.append_messages(
-                conversation_id, messages, expected, run_id, idempotency_key, origin
+                conversation_id,
+                messages,
+                expected,
+                run_id,
+                idempotency_key,
+                origin,
+                create,
+                metadata,
             )
         )
 

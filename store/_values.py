@@ -214,6 +214,9 @@ class Appended:
     conversation_id: str
     events: list[Event]
     head: Position
+    created: bool = False
+    """Whether this append created the conversation (`append_messages(create=True)`);
+    its `conversation.created` event is then the first of `events`."""
 
     @property
     def positions(self) -> list[int]:

@@ -37,11 +37,14 @@ from sqlalchemy.engine import Connection
 
 from store import _checks
 from store._checks import MAX_INT32, check_int, check_text
-from store._errors import ConflictError, InvalidInputError
+from store._errors import ConflictError, InvalidInputError, NotFoundError
 from store._sql import chain as _chain
 from store._sql.dialect import sqlite_clock, sqlite_time
 from store._sql.log import (
+    SQLITE_NEW_BRANCH,
+    SQLITE_NEW_CONVERSATION,
     create_branch,
+    create_conversation_event,
     event_from_row,
     get_conversation,
     insert_events,
@@ -54,12 +57,15 @@ from store.schema import events
 
 __all__ = [
     "Append",
+    "CreateAppend",
     "InPlace",
     "append_messages",
     "append_postgres",
     "append_sqlite",
     "appended_in_place",
     "check_append_options",
+    "create_append_postgres",
+    "create_append_sqlite",
     "key_conflict",
     "keyed_event",
     "same_content",
@@ -132,6 +138,8 @@ class InPlace:
     branch_id: str
     ids: list[str]
     written: list[tuple[int, int, datetime, bytes]]
+    created: Event | None = None
+    """The `conversation.created` event, when the append created the conversation."""
 
 
 _SQLITE_HEAD = (
@@ -212,6 +220,22 @@ class Append(Protocol):
     ) -> InPlace | None: ...
 
 
+class CreateAppend(Protocol):
+    """`create_append_postgres` and `create_append_sqlite`."""
+
+    def __call__(
+        self,
+        cursor: Any,
+        tenant: str,
+        conversation_id: str,
+        root: tuple[str, str],
+        encoded: Sequence[tuple[NewEvent, str]],
+        *,
+        run_id: str | None,
+        idempotency_key: str | None,
+    ) -> InPlace | None: ...
+
+
 @lru_cache(maxsize=64)
 def _sqlite_values(statement: str, row: str, count: int) -> str:
     return statement.format(values=", ".join([row] * count))
@@ -285,6 +309,216 @@ def append_sqlite(
         cursor.execute(_sqlite_values(_SQLITE_VIEW, "(?, ?, ?)", len(views) // 3), views)
     cursor.execute(_SQLITE_MOVE, (start + last, previous, conversation_id))
     return InPlace(branch_id=branch_id, ids=ids, written=written)
+
+
+# -- a conversation created by its first append (ADR 0016) ---------------------------
+#
+# They write what `create_conversation` followed by `append_messages` write in
+# one transaction (the general path below does exactly that): the
+# conversation row, its `root` branch, `conversation.created` at position 1
+# (not flagged `head`: this commit leaves the head at the last message), the
+# messages from position 2 and their view rows. Everything is new, so every
+# hash is computed here from the genesis hash, and one reading of the clock
+# stamps every row. A taken id (this tenant's conversation exists, or another
+# tenant's) writes nothing and returns None: the caller then appends in place,
+# or the general path decides. tests/test_fast_paths.py compares the rows.
+
+_CREATE_APPEND_POSTGRES = """
+WITH conv AS (
+    INSERT INTO chatledger_conversations (id, tenant, head_branch_id, head_position, head_open,
+                                          head_hash, created_at, metadata)
+    VALUES (%(cid)s::uuid, %(tenant)s, %(bid)s::uuid, %(last)s, true, %(hash)s,
+            clock_timestamp(), %(meta)s)
+    ON CONFLICT (id) DO NOTHING
+    RETURNING created_at
+), branch AS (
+    INSERT INTO chatledger_branches (id, conversation_id, reason, created_at)
+    SELECT %(bid)s::uuid, %(cid)s::uuid, 'root', created_at FROM conv
+), ins AS (
+    INSERT INTO chatledger_events (id, conversation_id, branch_id, position, run_id, kind,
+                                   origin, head, recorded_at, idempotency_key, payload, hash)
+    SELECT n.id, %(cid)s::uuid, %(bid)s::uuid, n.ord::int,
+           CASE WHEN n.ord > 1 THEN %(run_id)s::uuid END, n.kind, n.origin,
+           n.ord = %(last)s, conv.created_at, CASE WHEN n.ord = 2 THEN %(key)s::text END,
+           n.payload, n.hash
+    FROM conv CROSS JOIN unnest(%(ids)s::uuid[], %(kinds)s::text[], %(origins)s::text[],
+                                %(payloads)s::text[], %(hashes)s::bytea[])
+         WITH ORDINALITY AS n(id, kind, origin, payload, hash, ord)
+    ORDER BY n.ord
+    RETURNING seq, position, kind
+), view AS (
+    INSERT INTO chatledger_view_entries (conversation_id, position, event_seq)
+    SELECT %(cid)s::uuid, position, seq FROM ins WHERE kind = 'message.recorded'
+)
+SELECT conv.created_at, ins.seq FROM conv CROSS JOIN ins ORDER BY ins.position
+"""
+
+
+@dataclass(frozen=True)
+class _Fresh:
+    """A new conversation's rows as the create-append forms write them."""
+
+    branch_id: str
+    ids: list[str]
+    """The `conversation.created` event's, then one per message."""
+    kinds: list[str]
+    origins: list[str]
+    payloads: list[str]
+    keys: list[str | None]
+    hashes: list[bytes]
+
+
+def _fresh(
+    conversation_id: str,
+    created: str,
+    encoded: Sequence[tuple[NewEvent, str]],
+    run_id: str | None,
+    key: str | None,
+) -> _Fresh:
+    """The rows of a new conversation whose first append is `encoded`, hashed from genesis."""
+    branch_id = new_id()
+    ids = [new_id() for _ in range(len(encoded) + 1)]
+    kinds: list[str] = ["conversation.created", *(item.kind for item, _ in encoded)]
+    origins: list[str] = ["client", *(item.origin for item, _ in encoded)]
+    payloads = [created, *(text for _, text in encoded)]
+    keys = [None, key, *([None] * (len(encoded) - 1))]
+    hashes: list[bytes] = []
+    previous = _chain.GENESIS
+    last = len(ids)
+    header = _chain.header
+    for i in range(last):
+        event_run = run_id if i else None
+        fields = (ids[i], conversation_id, branch_id, i + 1, event_run, kinds[i], origins[i])
+        content = header(*fields, i + 1 == last, keys[i]) + payloads[i].encode()
+        previous = sha256(previous + content).digest()
+        hashes.append(previous)
+    return _Fresh(branch_id, ids, kinds, origins, payloads, keys, hashes)
+
+
+def _created_event(conversation_id: str, fresh: _Fresh, seq: int, recorded_at: datetime) -> Event:
+    return Event(
+        seq=seq,
+        id=fresh.ids[0],
+        conversation_id=conversation_id,
+        branch_id=fresh.branch_id,
+        position=1,
+        run_id=None,
+        kind="conversation.created",
+        origin="client",
+        head=False,
+        recorded_at=utc(recorded_at),
+        idempotency_key=None,
+        payload_json=fresh.payloads[0],
+        hash=fresh.hashes[0],
+    )
+
+
+def create_append_postgres(
+    cursor: Any,
+    tenant: str,
+    conversation_id: str,
+    root: tuple[str, str],
+    encoded: Sequence[tuple[NewEvent, str]],
+    *,
+    run_id: str | None,
+    idempotency_key: str | None,
+) -> InPlace | None:
+    """Create the conversation and append `encoded` as one statement on an
+    autocommit DB-API cursor, or return None having written nothing (the id is
+    taken). `root` is `encode_root`'s (metadata text, created payload)."""
+    meta_text, created = root
+    fresh = _fresh(conversation_id, created, encoded, run_id, idempotency_key)
+    cursor.execute(
+        _CREATE_APPEND_POSTGRES,
+        {
+            "cid": conversation_id,
+            "tenant": tenant,
+            "bid": fresh.branch_id,
+            "last": len(fresh.ids),
+            "hash": fresh.hashes[-1],
+            "meta": meta_text,
+            "run_id": run_id,
+            "key": idempotency_key,
+            "ids": fresh.ids,
+            "kinds": fresh.kinds,
+            "origins": fresh.origins,
+            "payloads": fresh.payloads,
+            "hashes": fresh.hashes,
+        },
+    )
+    rows = cursor.fetchall()  # (created_at, seq) per event, in position order
+    if not rows:
+        return None
+    at = rows[0][0]
+    return InPlace(
+        branch_id=fresh.branch_id,
+        ids=fresh.ids[1:],
+        written=[
+            (r[1], i, at, h)
+            for i, (r, h) in enumerate(zip(rows, fresh.hashes, strict=True), 1)
+            if i > 1
+        ],
+        created=_created_event(conversation_id, fresh, rows[0][1], at),
+    )
+
+
+def create_append_sqlite(
+    cursor: Any,
+    tenant: str,
+    conversation_id: str,
+    root: tuple[str, str],
+    encoded: Sequence[tuple[NewEvent, str]],
+    *,
+    run_id: str | None,
+    idempotency_key: str | None,
+) -> InPlace | None:
+    """Create the conversation and append `encoded` through a DB-API cursor inside
+    the caller's `BEGIN IMMEDIATE`, or return None having written nothing (the
+    id is taken). `root` as for `create_append_postgres`."""
+    meta_text, created = root
+    fresh = _fresh(conversation_id, created, encoded, run_id, idempotency_key)
+    last = len(fresh.ids)
+    now = sqlite_clock()
+    at = sqlite_time(now)
+    cursor.execute(
+        SQLITE_NEW_CONVERSATION,
+        (conversation_id, tenant, fresh.branch_id, last, fresh.hashes[-1], at, meta_text),
+    )
+    if cursor.rowcount != 1:
+        return None  # the conversation row comes first: nothing was written
+    cursor.execute(SQLITE_NEW_BRANCH, (fresh.branch_id, conversation_id, at))
+    params: list[object] = []
+    for i in range(last):
+        params += (
+            fresh.ids[i],
+            conversation_id,
+            fresh.branch_id,
+            i + 1,
+            run_id if i else None,
+            fresh.kinds[i],
+            fresh.origins[i],
+            i + 1 == last,
+            at,
+            fresh.keys[i],
+            fresh.payloads[i],
+            fresh.hashes[i],
+        )
+    cursor.execute(_sqlite_values(_SQLITE_INSERT, _SQLITE_ROW, last), params)
+    first = cursor.lastrowid - last + 1  # the rowid rule of `append_sqlite`
+    views = [
+        v
+        for i in range(1, last)
+        if fresh.kinds[i] == "message.recorded"
+        for v in (conversation_id, i + 1, first + i)
+    ]
+    if views:
+        cursor.execute(_sqlite_values(_SQLITE_VIEW, "(?, ?, ?)", len(views) // 3), views)
+    return InPlace(
+        branch_id=fresh.branch_id,
+        ids=fresh.ids[1:],
+        written=[(first + i, i + 1, now, fresh.hashes[i]) for i in range(1, last)],
+        created=_created_event(conversation_id, fresh, first, now),
+    )
 
 
 # -- the general path: every case, with SQLAlchemy Core ------------------------------
@@ -372,16 +606,21 @@ def append_messages(
     expected: int | None,
     run_id: str | None,
     idempotency_key: str | None,
+    create: bool = False,
+    metadata: dict[str, Any] | None = None,
 ) -> Appended:
     """Append one turn at the head and move the head past it, atomically.
 
     The conversation row lock serializes appends to one conversation. When
     the head is not the tip of its branch (a run's leftovers lie beyond it),
-    the turn opens a new branch at the head.
+    the turn opens a new branch at the head. With `create`, a conversation
+    the tenant does not have is created first, in the same transaction, with
+    `metadata`.
     """
     if not encoded:
         raise InvalidInputError("append_messages needs at least one message.")
     check_append_options(expected, run_id, idempotency_key)
+    created = _create_first(conn, tenant, conversation_id, metadata) if create else None
     conv = get_conversation(conn, tenant, conversation_id, lock=True)
     if idempotency_key is not None:
         again = replayed(conn, conv, idempotency_key, encoded, run_id)
@@ -397,7 +636,7 @@ def append_messages(
             actual=conv.head.position,
         )
     branch_id, position = conv.head.branch_id, conv.head.position
-    written: list[Event] = []
+    written: list[Event] = [] if created is None else [created]
     if not conv.head_open:
         branch_id, created = create_branch(
             conn, conv.id, conv.head, "run", run_id=run_id, origin="client"
@@ -417,7 +656,38 @@ def append_messages(
     new_head = Position(branch_id, written[-1].position)
     messages = [e for e in written if e.kind == "message.recorded"]
     set_head(conn, conv, new_head, messages, written[-1].hash)
-    return Appended(conv.id, written, new_head)
+    return Appended(conv.id, written, new_head, created=created is not None)
+
+
+def _create_first(
+    conn: Connection, tenant: str, conversation_id: str, metadata: dict[str, Any] | None
+) -> Event | None:
+    """Create the conversation unless the tenant has it; its `conversation.created` event.
+
+    In a savepoint: when a concurrent first append of the same tenant creates
+    it first, this one appends to it; when another tenant has the id, the
+    `ConflictError` of `create_conversation` stands.
+    """
+    if _exists(conn, tenant, conversation_id):
+        return None
+    try:
+        with conn.begin_nested():
+            _, created = create_conversation_event(
+                conn, tenant, metadata, conversation_id=conversation_id, head=False
+            )
+    except ConflictError:
+        if _exists(conn, tenant, conversation_id):
+            return None
+        raise
+    return created
+
+
+def _exists(conn: Connection, tenant: str, conversation_id: str) -> bool:
+    try:
+        get_conversation(conn, tenant, conversation_id)
+    except NotFoundError:
+        return False
+    return True
 
 
 def check_append_options(
@@ -442,7 +712,8 @@ def appended_in_place(
     """What a fast-path append wrote, as the general path reports it (None: nothing)."""
     if done is None:
         return None
-    written = [
+    written = [] if done.created is None else [done.created]
+    written += [
         Event(
             seq=seq,
             id=event_id,
@@ -462,4 +733,9 @@ def appended_in_place(
             zip(done.ids, done.written, encoded, strict=True)
         )
     ]
-    return Appended(conversation_id, written, Position(done.branch_id, written[-1].position))
+    return Appended(
+        conversation_id,
+        written,
+        Position(done.branch_id, written[-1].position),
+        created=done.created is not None,
+    )

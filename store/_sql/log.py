@@ -42,9 +42,12 @@ from store.schema import branches, conversations, events, runs
 
 __all__ = [
     "MAX_PAYLOAD_CHARS",
+    "SQLITE_NEW_BRANCH",
+    "SQLITE_NEW_CONVERSATION",
     "branch_tip",
     "create_branch",
     "create_conversation",
+    "create_conversation_event",
     "create_conversation_postgres",
     "create_conversation_sqlite",
     "encode_events",
@@ -204,6 +207,26 @@ def create_conversation(
     A caller-chosen id that is taken, by this tenant or any other, is a
     `ConflictError` that reads the same either way.
     """
+    conv, _ = create_conversation_event(
+        conn, tenant, metadata, conversation_id=conversation_id, fork_point=fork_point
+    )
+    return conv
+
+
+def create_conversation_event(
+    conn: Connection,
+    tenant: str,
+    metadata: dict[str, Any] | None,
+    *,
+    conversation_id: str | None = None,
+    fork_point: ForkPoint | None = None,
+    head: bool = True,
+) -> tuple[Conversation, Event]:
+    """`create_conversation`, also returning its `conversation.created` event.
+
+    `head=False` when the same transaction goes on to append (a conversation
+    created by its first append): the head this commit leaves is not there.
+    """
     conversation_id = _checks.check_new_id(conversation_id, "conversation") or new_id()
     meta_text = check_metadata(metadata)
     if _taken(conn, conversation_id):
@@ -232,7 +255,7 @@ def create_conversation(
         branch_id,
         position,
         [(NewEvent("conversation.created", payload, origin="client"), canonical_json(payload))],
-        head=True,
+        head=head,
     )
     try:
         _insert_conversation(
@@ -250,7 +273,7 @@ def create_conversation(
         raise
     if fork_point:
         projector.fill_view(conn, conversation_id, Position(branch_id, position))
-    return get_conversation(conn, tenant, conversation_id)
+    return get_conversation(conn, tenant, conversation_id), created
 
 
 def _insert_conversation(
@@ -328,12 +351,13 @@ WITH conv AS (
 SELECT created_at FROM conv
 """
 
-_CREATE_SQLITE_CONVERSATION = (
+SQLITE_NEW_CONVERSATION = (
     "INSERT INTO chatledger_conversations (id, tenant, head_branch_id, head_position, "
-    "head_open, head_hash, created_at, metadata) VALUES (?, ?, ?, 1, 1, ?, ?, ?) "
+    "head_open, head_hash, created_at, metadata) VALUES (?, ?, ?, ?, 1, ?, ?, ?) "
     "ON CONFLICT (id) DO NOTHING"
 )
-_CREATE_SQLITE_BRANCH = (
+"""A new root conversation's row (its head open), or nothing when the id is taken."""
+SQLITE_NEW_BRANCH = (
     "INSERT INTO chatledger_branches (id, conversation_id, reason, created_at) "
     "VALUES (?, ?, 'root', ?)"
 )
@@ -435,10 +459,10 @@ def create_conversation_sqlite(
     # The embedded database's clock is this host's: read once for the three rows.
     now = sqlite_clock()
     at = sqlite_time(now)
-    cursor.execute(_CREATE_SQLITE_CONVERSATION, (cid, tenant, branch_id, event_hash, at, meta_text))
+    cursor.execute(SQLITE_NEW_CONVERSATION, (cid, tenant, branch_id, 1, event_hash, at, meta_text))
     if cursor.rowcount != 1:
         return None  # the conversation row comes first: nothing was written
-    cursor.execute(_CREATE_SQLITE_BRANCH, (branch_id, cid, at))
+    cursor.execute(SQLITE_NEW_BRANCH, (branch_id, cid, at))
     cursor.execute(_CREATE_SQLITE_EVENT, (event_id, cid, branch_id, at, payload, event_hash))
     return _created(tenant, cid, branch_id, now, meta_text)
 
