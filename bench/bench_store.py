@@ -5,8 +5,9 @@
 Measures, on Postgres (psycopg 3) and SQLite (sqlite3, WAL, synchronous=FULL):
 chat-loop appends (one ~1 KB message per transaction), batched appends (10 per
 call), `create_conversation` alone, a workload that creates its conversations
-(a new one and two turns of ten), the chat loop with a conversation created
-every 20 messages (p99 latency, and CPU per message of client and Postgres
+(a new one with its first turn of ten, `append_messages(create=True)`, and a
+second turn), the chat loop with a conversation created with its first
+message every 20 messages (p99 latency, and CPU per message of client and Postgres
 backend), the async chat loop (`AsyncStore`), 4 and 16 concurrent writer
 processes on Postgres (bench/bench_writers.py), loading a 1,000-message head
 history, storage per message, and how the costs hold up as conversations, the
@@ -51,7 +52,7 @@ from bench._common import (
     write_section,
 )
 from bench.bench_writers import compare as compare_writers
-from store import AsyncStore, Ledger, Message, Store, ToolCall
+from store import AsyncStore, Ledger, Message, Store, ToolCall, new_id
 
 RESULTS = str(Path(__file__).resolve().parent / "RESULTS.md")
 PER_CONVERSATION = 20  # the chat loop with creations: a new conversation every 20 messages
@@ -297,14 +298,19 @@ class Ours:
         self.ledger.create_conversation()
 
     def workload(self) -> None:
-        conv = self.ledger.create_conversation().id
-        for _ in range(2):
-            self.ledger.append_messages(conv, [MESSAGES[i] for i in self.cycle.next(10)])
+        # A backend that mints its ids: the conversation comes with its first turn.
+        conv = self.ledger.append_messages(
+            new_id(), [MESSAGES[i] for i in self.cycle.next(10)], create=True
+        ).conversation_id
+        self.ledger.append_messages(conv, [MESSAGES[i] for i in self.cycle.next(10)])
 
     def chat_turn(self, k: int) -> None:
+        (i,) = self.cycle.next()
         if k % PER_CONVERSATION == 0:
-            self.loop_conv = self.ledger.create_conversation().id
-        self.append(self.loop_conv)
+            self.loop_conv = new_id()
+            self.ledger.append_messages(self.loop_conv, [MESSAGES[i]], create=True)
+        else:
+            self.ledger.append_messages(self.loop_conv, [MESSAGES[i]])
 
     def append(self, conversation: str) -> None:
         (i,) = self.cycle.next()

@@ -75,7 +75,7 @@ def _writer(
 
         close = conn.close
     else:
-        from store import Store
+        from store import Store, new_id
 
         store = Store.open(with_application_name(url, app), message_cache=0)
         ledger = store.tenant(f"writer-{index}")
@@ -83,9 +83,11 @@ def _writer(
 
         def turn(k: int) -> None:
             nonlocal our_conv
-            if k % PER_CONVERSATION == 0:
-                our_conv = ledger.create_conversation().id
-            ledger.append_messages(our_conv, [MESSAGES[k % 4]])
+            if k % PER_CONVERSATION == 0:  # a new conversation with its first message
+                our_conv = new_id()
+                ledger.append_messages(our_conv, [MESSAGES[k % 4]], create=True)
+            else:
+                ledger.append_messages(our_conv, [MESSAGES[k % 4]])
 
         close = store.close
 
