@@ -85,8 +85,9 @@ WITH RECURSIVE c AS (
           SELECT 1 FROM chatledger_events k
           WHERE k.conversation_id = %(cid)s AND k.idempotency_key = %(key)s::text))
 ), new AS (
+    -- The payloads in binary: in text, psycopg would escape each of their quotes.
     SELECT * FROM unnest(%(ids)s::uuid[], %(kinds)s::text[], %(origins)s::text[],
-                         %(payloads)s::text[]) WITH ORDINALITY AS n(id, kind, origin, payload, ord)
+                         %(payloads)b::text[]) WITH ORDINALITY AS n(id, kind, origin, payload, ord)
 ), chain (ord, hash) AS (
     SELECT 0::bigint, ok.head_hash FROM ok
     UNION ALL
@@ -342,7 +343,7 @@ WITH conv AS (
            n.ord = %(last)s, conv.created_at, CASE WHEN n.ord = 2 THEN %(key)s::text END,
            n.payload, n.hash
     FROM conv CROSS JOIN unnest(%(ids)s::uuid[], %(kinds)s::text[], %(origins)s::text[],
-                                %(payloads)s::text[], %(hashes)s::bytea[])
+                                %(payloads)b::text[], %(hashes)s::bytea[])
          WITH ORDINALITY AS n(id, kind, origin, payload, hash, ord)
     ORDER BY n.ord
     RETURNING seq, position, kind
