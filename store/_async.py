@@ -1,16 +1,20 @@
 """`AsyncStore` and `AsyncLedger`: the async face.
 
-They run the very `Op`s of the sync face through SQLAlchemy's `run_sync`, so
-every rule has one implementation; only the signatures are written twice, and
-`tests/test_faces.py` holds them equal.
+They run the very `Op`s of the sync face, so every rule has one
+implementation; only the signatures are written twice, and
+`tests/test_faces.py` holds them equal. The plain-SQL forms run on the sync
+face's driver connections in a worker thread, the rest through SQLAlchemy's
+`run_sync` (docs/adr/0015-async-fast-paths.md).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
+from sqlalchemy.engine import Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.ext.asyncio import create_async_engine as sa_create_async_engine
 
@@ -19,9 +23,13 @@ from store._cache import MessageCache
 from store._ops import Operations, StoreOperations, completed
 from store._sql.dialect import (
     WRITE,
+    DriverConnections,
     Durability,
+    create_engine,
     database_url,
     install_sqlite_hooks,
+    is_sqlite,
+    sync_driver_url,
 )
 from store._sql.ops import Op, in_transaction, run_fast
 from store._sql.translate import translating
@@ -44,7 +52,23 @@ T = TypeVar("T")
 
 
 class AsyncStore:
-    """The async face of `Store`: the same operations, as coroutines."""
+    """The async face of `Store`: the same operations, as coroutines.
+
+    A store that `open` made its engine for also makes a synchronous engine on
+    the same database (sqlite3, or psycopg 3 in its sync mode) and runs the
+    plain-SQL forms of the hot operations on that engine's driver connections
+    (`DriverConnections`, as `Store` does), each in a worker thread
+    (`asyncio.to_thread`): one thread hop per operation, where aiosqlite
+    takes one per statement (several times the cost of a SQLite append) and
+    psycopg's async mode a pool checkout and `run_sync`'s greenlet. Every
+    other operation, and a fast form that declines, takes the async engine.
+
+    A store on a caller's `AsyncEngine` (`open(engine=...)`) runs every
+    operation through that engine, as before: a second engine could not
+    carry what the caller gave theirs (`connect_args`, a `creator`, pool
+    settings, event hooks), so its connections might reach the database
+    differently, or not at all.
+    """
 
     def __init__(
         self,
@@ -60,6 +84,10 @@ class AsyncStore:
         self.message_cache = MessageCache(message_cache)
         self.fast_paths = fast_paths
         """Whether operations try their plain-SQL form first (see `Store.open`)."""
+        self._sqlite = is_sqlite(engine.sync_engine)
+        # Set by `open` when it creates the engine (see the class docstring).
+        self._sync_engine: Engine | None = None
+        self._driver: DriverConnections | None = None
 
     @classmethod
     def open(
@@ -75,10 +103,16 @@ class AsyncStore:
         """Open a store; the arguments are those of `Store.open`.
 
         A `sqlite:` URL uses the aiosqlite driver; `postgresql+psycopg:` is
-        psycopg 3's async mode.
+        psycopg 3's async mode. With a URL, the store also opens a synchronous
+        engine on the same database for its fast paths (see the class
+        docstring); with `engine`, it uses only that one.
         """
+        sibling = None
         if engine is None:
             parsed = database_url(url)
+            twin = sync_driver_url(parsed)
+            if twin is not None:
+                sibling = create_engine(twin, durability=durability, busy_timeout=busy_timeout)
             if parsed.drivername in ("sqlite", "sqlite+pysqlite"):
                 parsed = parsed.set(drivername="sqlite+aiosqlite")
             kwargs: dict[str, Any] = (
@@ -94,7 +128,10 @@ class AsyncStore:
             install_sqlite_hooks(
                 engine.sync_engine, durability=durability, busy_timeout=busy_timeout
             )
-        return cls(engine, owns_engine=owns, message_cache=message_cache, fast_paths=fast_paths)
+        store = cls(engine, owns_engine=owns, message_cache=message_cache, fast_paths=fast_paths)
+        if sibling is not None:
+            store._sync_engine, store._driver = sibling, DriverConnections(sibling)
+        return store
 
     async def __aenter__(self) -> AsyncStore:
         return self
@@ -103,7 +140,11 @@ class AsyncStore:
         await self.close()
 
     async def close(self) -> None:
-        """Release the connection pool (of an engine this store created)."""
+        """Release the connection pools (of the engines this store created)."""
+        if self._driver is not None:
+            self._driver.close()
+        if self._sync_engine is not None:
+            self._sync_engine.dispose()
         if self._owns_engine:
             await self.engine.dispose()
 
@@ -152,17 +193,36 @@ class AsyncStore:
         await self.execute(self._ops.check_schema())
 
     async def execute(self, op: Op[T], connection: AsyncConnection | None = None) -> T:
-        """Run one operation in its own transaction, through `run_sync`.
+        """Run one operation in its own transaction: the tiers of `Store.execute`.
+
+        Its plain-SQL form, when it has one for this database, runs on a
+        driver connection of the store's own in a worker thread; the rest
+        runs on the async engine through `run_sync`. When the awaiting task
+        is cancelled while the thread runs, the thread still finishes the
+        operation's transaction, committed or rolled back as it would have
+        been; whether an in-flight commit took effect is then unknown to
+        the caller, as for any commit cut off, and an idempotency key is
+        how to retry it safely.
 
         With `connection`, run its general path inside the caller's
         transaction on that connection instead.
         """
-        with translating(op.action):
-            if connection is not None:
+        if connection is not None:
+            with translating(op.action):
                 return await connection.run_sync(op.fn)
+        fast = self.fast_paths
+        driver = self._driver
+        direct = (op.sqlite if self._sqlite else op.postgres) if fast else None
+        tried = False
+        if direct is not None and driver is not None:
+            with translating(op.action):
+                ran: tuple[bool, T | None] = await asyncio.to_thread(driver.run, op.write, direct)
+            tried, done = ran
+            if done is not None:
+                return done
+        with translating(op.action):
             async with self.engine.connect() as conn:
-                fast = self.fast_paths
-                if fast and op.postgres is not None and self.engine.dialect.name != "sqlite":
+                if fast and op.postgres is not None and not tried and not self._sqlite:
                     postgres = op.postgres
                     done = await conn.run_sync(lambda c: run_fast(c, postgres))
                     if done is not None:
@@ -170,7 +230,8 @@ class AsyncStore:
                 if op.write:
                     await conn.execution_options(**{WRITE: True})
                 async with conn.begin():
-                    return await conn.run_sync(lambda c: in_transaction(c, op, fast=fast))
+                    sqlite_form = fast and not tried  # not a second time
+                    return await conn.run_sync(lambda c: in_transaction(c, op, fast=sqlite_form))
 
 
 class AsyncLedger:

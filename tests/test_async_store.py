@@ -1,10 +1,11 @@
-"""AsyncStore runs the same operations, through `run_sync`, on every backend."""
+"""AsyncStore runs the same operations on every backend; its fast paths: test_fast_paths.py."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
 
+import psycopg
 import pytest
 import sqlalchemy as sa
 
@@ -19,6 +20,8 @@ from store import (
     Verification,
 )
 from store.schema import view_entries
+from tests.conftest import _libpq
+from tests.test_store_faults import waiting_for_lock
 
 
 async def test_async_store_round_trip(database_url: str) -> None:
@@ -54,6 +57,32 @@ async def test_async_concurrent_appends_conflict_cleanly(database_url: str) -> N
         assert len(wins) == 1
         assert all(isinstance(r, ConflictError) for r in results if r not in wins)
         assert len(await ledger.history(conv.id)) == 1
+
+
+async def test_a_cancelled_append_is_still_committed_by_its_worker_thread(
+    postgres_url: str,
+) -> None:
+    # The fast path's thread cannot be stopped mid-transaction, so it finishes it.
+    async with AsyncStore.open(postgres_url) as store:
+        tenant = f"async-{uuid.uuid4().hex[:8]}"
+        ledger = store.tenant(tenant)
+        conv = await ledger.create_conversation()
+        with psycopg.connect(_libpq(postgres_url), autocommit=True) as admin:
+            with admin.transaction():
+                # The append waits for this lock, so it is cancelled mid-transaction.
+                admin.execute("LOCK TABLE chatledger_conversations IN ACCESS EXCLUSIVE MODE")
+                append = asyncio.create_task(
+                    ledger.append_messages(conv.id, [Message(role="user", content="during")])
+                )
+                await asyncio.to_thread(waiting_for_lock, admin)
+                append.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await append
+            # Waits for the worker threads, the append's among them.
+            await asyncio.get_running_loop().shutdown_default_executor()
+    with Store.open(postgres_url) as sync_store:
+        history = sync_store.tenant(tenant).history(conv.id)
+    assert [m.content for m in history] == ["during"]
 
 
 # -- The store's own operations, on the async face -----------------------------

@@ -7,13 +7,16 @@ compare what the two paths write for the same turns, row by row.
 
 from __future__ import annotations
 
+import sqlite3
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import psycopg
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from store import AsyncStore, ConflictError, Conversation, Event, Ledger, Message, Store
 from store.ids import is_id, new_id
@@ -33,6 +36,29 @@ def statements(engine: sa.Engine) -> Iterator[list[str]]:
         yield seen
     finally:
         sa.event.remove(engine, "before_cursor_execute", record)
+
+
+@contextmanager
+def checkouts() -> Iterator[list[Any]]:
+    """The DB-API connections taken out of any engine's pool meanwhile.
+
+    The store's own driver connections are taken out once and then kept, so
+    an operation that runs on one takes none.
+    """
+    seen: list[Any] = []
+
+    def record(dbapi_connection: Any, *_rest: Any) -> None:
+        seen.append(dbapi_connection)
+
+    sa.event.listen(sa.pool.Pool, "checkout", record)
+    try:
+        yield seen
+    finally:
+        sa.event.remove(sa.pool.Pool, "checkout", record)
+
+
+SYNC_DRIVERS = (sqlite3.Connection, psycopg.Connection)
+"""The synchronous drivers' connections (the async engines' are adapters of their own)."""
 
 
 def turn(text: str) -> list[Message]:
@@ -63,6 +89,71 @@ async def test_the_switch_decides_the_same_on_the_async_store(
             await ledger.append_messages(conv.id, turn("hi"), expected=1)
             assert [m.content for m in await ledger.history(conv.id)] == ["hi"]
     assert bool(seen) is not fast
+
+
+async def async_chat_loop(store: AsyncStore, tenant: str) -> tuple[list[Any], list[Any]]:
+    """A chat loop on `store`, then a conflict and a retry; what each step returned and the
+    log, and the connections the chat loop took out of a pool."""
+    ledger = store.tenant(tenant)
+    conv = await ledger.create_conversation({"k": "v"})
+    steps: list[Any] = []
+    with checkouts() as taken:
+        for position, text in enumerate(["one", "two", "three", "four"], start=1):
+            appended = await ledger.append_messages(conv.id, turn(text), expected=position)
+            steps.append(("appended", appended.positions, appended.head.position))
+            steps.append(("history", [m.content for m in await ledger.history(conv.id)]))
+    # Both decline their fast form: the general path decides, after it.
+    with pytest.raises(ConflictError) as conflict:
+        await ledger.append_messages(conv.id, turn("late"), expected=1)
+    steps.append(("conflict", conflict.value.expected, conflict.value.actual))
+    first = await ledger.append_messages(conv.id, turn("keyed"), idempotency_key="k")
+    retried = await ledger.append_messages(conv.id, turn("keyed"), idempotency_key="k")
+    assert retried.events == first.events
+    names: dict[str, str] = {}
+    steps.append(("log", [shape(e, names) for e in await ledger.events(conversation_id=conv.id)]))
+    assert (await ledger.verify(conv.id)).ok
+    return steps, taken
+
+
+async def test_the_async_chat_loop_runs_on_driver_connections_of_the_stores_own(
+    database_url: str,
+) -> None:
+    tenant = f"async-driver-{uuid.uuid4().hex[:8]}"
+    with checkouts() as fast_taken:
+        async with AsyncStore.open(database_url) as fast:
+            fast_steps, fast_loop = await async_chat_loop(fast, tenant)
+    with checkouts() as general_taken:
+        async with AsyncStore.open(database_url, fast_paths=False) as general:
+            general_steps, general_loop = await async_chat_loop(general, tenant)
+    assert fast_steps == general_steps
+    # The fast store opened a connection of the synchronous driver, and its
+    # chat loop ran on it: no append or head read took one from a pool.
+    assert any(isinstance(c, SYNC_DRIVERS) for c in fast_taken)
+    assert fast_loop == []
+    # The general path takes the async engine's connections only, one per call.
+    assert not any(isinstance(c, SYNC_DRIVERS) for c in general_taken)
+    assert len(general_loop) == 8
+
+
+async def test_an_async_store_on_a_callers_engine_runs_every_operation_on_that_engine(
+    database_url: str,
+) -> None:
+    # A second engine could not carry what the caller set up theirs with.
+    url = sa.make_url(database_url)
+    if url.get_backend_name() == "sqlite":
+        url = url.set(drivername="sqlite+aiosqlite")
+    engine = create_async_engine(url)
+    try:
+        with checkouts() as taken:
+            async with AsyncStore.open(engine=engine) as store:
+                ledger = store.tenant(f"callers-{uuid.uuid4().hex[:8]}")
+                conv = await ledger.create_conversation()
+                await ledger.append_messages(conv.id, turn("hi"), expected=1)
+                assert [m.content for m in await ledger.history(conv.id)] == ["hi"]
+        assert taken
+        assert not any(isinstance(c, SYNC_DRIVERS) for c in taken)
+    finally:
+        await engine.dispose()
 
 
 def written(ledger: Ledger) -> list[Any]:

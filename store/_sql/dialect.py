@@ -69,6 +69,7 @@ __all__ = [
     "snapshot_horizon",
     "sqlite_clock",
     "sqlite_time",
+    "sync_driver_url",
     "time_value",
 ]
 
@@ -121,6 +122,22 @@ def database_url(url: str | URL | None) -> URL:
     return parsed
 
 
+def sync_driver_url(url: URL) -> URL | None:
+    """`url`'s database with the synchronous driver `create_engine` would use for it.
+
+    For an async store's engine, whose URL may name an async driver
+    (`sqlite+aiosqlite`, `postgresql+psycopg_async`): on SQLite it is the
+    standard library's sqlite3, on Postgres psycopg 3. None for an in-memory
+    SQLite database, which a second engine could not reach: it would open a
+    new, empty database of its own.
+    """
+    if url.get_backend_name() == "sqlite":
+        if url.database in (None, "", ":memory:") or url.query.get("mode") == "memory":
+            return None
+        return url.set(drivername="sqlite+pysqlite")
+    return url.set(drivername="postgresql+psycopg")
+
+
 def normalize_url(url: str | None) -> str:
     """`database_url(url)` as a string, password included."""
     return database_url(url).render_as_string(hide_password=False)
@@ -146,7 +163,14 @@ def create_engine(
     """An engine for `url` with chatledger's connection settings."""
     url = database_url(url)
     if url.get_backend_name() == "sqlite":
-        engine = sa.create_engine(url, connect_args={"timeout": busy_timeout})
+        # The store's driver connections are used from whichever thread runs
+        # the operation (an AsyncStore's worker threads, say), so sqlite3 must
+        # not tie them to the thread that opened them. SQLAlchemy turns the
+        # check off for file databases already; this keeps it off for a URL
+        # that asks otherwise.
+        engine = sa.create_engine(
+            url, connect_args={"timeout": busy_timeout, "check_same_thread": False}
+        )
         install_sqlite_hooks(engine, durability=durability, busy_timeout=busy_timeout)
         return engine
     # No pre-ping, which costs a round trip on every checkout; `cut_off` costs
