@@ -1,12 +1,13 @@
 """Where a ten-message SQLite append spends its time, against the raw driver.
 
-    python bench/bench_sqlite_floor.py [--calls 3000]
+    python bench/bench_sqlite_floor.py [--calls 3000] [--batch 1]
 
 `bench_store.py` finds chatledger's batched append (ten ~1 KB messages per
 call) on SQLite well under its 0.6x target. This script measures how low
 that figure can go for chatledger's schema at all, on this machine, by
 running side by side, one call each in turn, each on its own database file
-in WAL mode with synchronous=FULL:
+in WAL mode with synchronous=FULL (`--batch 1`: the one-message chat-loop
+append instead):
 
 - raw: sqlite3 `executemany` into one table and one index (bench_store's raw
   side);
@@ -53,8 +54,7 @@ from store.messages import dump_message
 
 RESULTS = str(Path(__file__).resolve().parent / "RESULTS.md")
 BATCH = 10
-INSERT = _append._sqlite_values(_append._SQLITE_INSERT, _append._SQLITE_ROW, BATCH)
-VIEW = _append._sqlite_values(_append._SQLITE_VIEW, "(?, ?, ?)", BATCH)
+"""Messages per append: 10, or 1 with `--batch 1`."""
 
 
 def chatledger_file(path: str) -> tuple[sqlite3.Connection, str]:
@@ -75,6 +75,8 @@ def by_hand(conn: sqlite3.Connection, conversation: str, least_work: bool) -> Ca
     every call; without, payloads are serialized once and hashes are random.
     """
     cycle = Cycle()
+    insert = _append._sqlite_values(_append._SQLITE_INSERT, _append._SQLITE_ROW, BATCH)
+    view_insert = _append._sqlite_values(_append._SQLITE_VIEW, "(?, ?, ?)", BATCH)
     texts = [dump_message(m) for m in MESSAGES]
     view = conn.execute(
         "SELECT count(*) FROM sqlite_master WHERE name = 'chatledger_view_entries'"
@@ -98,11 +100,11 @@ def by_hand(conn: sqlite3.Connection, conversation: str, least_work: bool) -> Ca
             else:
                 previous = os.urandom(32)
             params += (*fields, recorded_at, None, text, previous)
-        cur.execute(INSERT, params)
+        cur.execute(insert, params)
         first = cur.lastrowid - BATCH + 1  # type: ignore[operator]
         if view:
             rows = [v for i in range(BATCH) for v in (conversation, start + i + 1, first + i)]
-            cur.execute(VIEW, rows)
+            cur.execute(view_insert, rows)
         cur.execute(_append._SQLITE_MOVE, (start + BATCH, previous, conversation))
         cur.execute("COMMIT")
         cur.close()
@@ -141,13 +143,17 @@ def wal_frames(
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--calls", type=int, default=3000, help="timed calls per contender")
+    parser.add_argument("--batch", type=int, choices=(1, 10), default=10, help="messages per append")
     args = parser.parse_args()
+    global BATCH
+    BATCH = args.batch
     details = machine()
     with tempfile.TemporaryDirectory() as tmp:
         raw = RawSqlite(os.path.join(tmp, "raw.db"))
         raw_conversation = str(uuid.uuid4())
+        raw_append = raw.append_batch if BATCH == 10 else raw.append
         contenders: dict[str, Callable[[], None]] = {
-            "raw sqlite3 executemany": lambda: raw.append_batch(raw_conversation)
+            "raw sqlite3 executemany": lambda: raw_append(raw_conversation)
         }
         files: dict[str, tuple[str, sqlite3.Connection]] = {}
         for label, name, drop, least in [
@@ -172,7 +178,8 @@ def main() -> int:
         ours_path = os.path.join(tmp, "chatledger.db")
         ours = Ours(f"sqlite:///{ours_path}")
         ours_conversation = ours.ledger.create_conversation().id
-        contenders["chatledger append_messages"] = lambda: ours.append_batch(ours_conversation)
+        ours_append = ours.append_batch if BATCH == 10 else ours.append
+        contenders["chatledger append_messages"] = lambda: ours_append(ours_conversation)
 
         times: dict[str, list[float]] = {name: [] for name in contenders}
         for _ in range(200):  # warm up: caches, WAL file at its working size
@@ -209,7 +216,7 @@ def main() -> int:
             f"| {name} | {statistics.median(values) * 1e6:.0f} | {mean * 1e6:.0f} | "
             f"{1 / mean:.0f} | {raw_mean / mean:.2f}x |"
         )
-    lines += ["", "WAL frames (4 KiB pages) written per ten-message commit:", ""]
+    lines += ["", f"WAL frames (4 KiB pages) written per {BATCH}-message commit:", ""]
     lines += ["| B-tree | " + " | ".join(frames) + " |", "|---|" + "---:|" * len(frames)]
     names = sorted(
         {n for f in frames.values() for n in f},
@@ -221,7 +228,8 @@ def main() -> int:
         "| total | " + " | ".join(f"{sum(f.values()):.2f}" for f in frames.values()) + " |"
     )
     body = [
-        f"`python bench/bench_sqlite_floor.py --calls {args.calls}`: the contenders take turns, "
+        f"`python bench/bench_sqlite_floor.py --calls {args.calls} --batch {BATCH}`: the "
+        "contenders take turns, "
         "one call each, on separate files (WAL, synchronous=FULL); ratio is calls/s against raw.",
         "",
         "Machine: " + "; ".join(f"{k} {v}" for k, v in details.items()),
@@ -230,7 +238,8 @@ def main() -> int:
     ]
     text = "\n".join(body)
     print(text)
-    write_section(RESULTS, "SQLite batched append: the floor", text)
+    title = "SQLite batched append" if BATCH == 10 else "SQLite one-message append"
+    write_section(RESULTS, f"{title}: the floor", text)
     return 0
 
 
