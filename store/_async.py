@@ -10,7 +10,7 @@ face's driver connections in a worker thread, the rest through SQLAlchemy's
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -37,6 +37,7 @@ from store._sql.verify import Recompute, Verification
 from store._values import (
     Appended,
     Conversation,
+    Entry,
     Event,
     NewEvent,
     Position,
@@ -252,14 +253,50 @@ class AsyncLedger:
         return AsyncAudit(self._store, self._ops.tenant)
 
     async def create_conversation(
-        self, metadata: dict[str, Any] | None = None, *, conversation_id: str | None = None
+        self,
+        metadata: dict[str, Any] | None = None,
+        *,
+        conversation_id: str | None = None,
+        key: str | None = None,
     ) -> Conversation:
         """See `Ledger.create_conversation`."""
-        return await self._store.execute(self._ops.create_conversation(metadata, conversation_id))
+        return await self._store.execute(
+            self._ops.create_conversation(metadata, conversation_id, key)
+        )
 
     async def conversation(self, conversation_id: str) -> Conversation:
         """See `Ledger.conversation`."""
         return await self._store.execute(self._ops.conversation(conversation_id))
+
+    async def conversation_by_key(self, key: str) -> Conversation:
+        """See `Ledger.conversation_by_key`."""
+        return await self._store.execute(self._ops.conversation_by_key(key))
+
+    async def entries(
+        self,
+        conversation_id: str,
+        *,
+        at: int | Position | None = None,
+        last: int | None = None,
+    ) -> list[Entry]:
+        """See `Ledger.entries`."""
+        return await self._store.execute(self._ops.entries(conversation_id, at, last))
+
+    async def entry(self, event_id: str) -> Entry:
+        """See `Ledger.entry`."""
+        return await self._store.execute(self._ops.entry(event_id))
+
+    async def set_state(
+        self,
+        conversation_id: str,
+        state: dict[str, Any],
+        *,
+        expected_state: Mapping[str, Any] | None = None,
+    ) -> Conversation:
+        """See `Ledger.set_state`."""
+        return await self._store.execute(
+            self._ops.set_state(conversation_id, state, expected_state)
+        )
 
     async def conversations(self, limit: int = 50, before: str | None = None) -> list[Conversation]:
         """See `Ledger.conversations`."""
@@ -270,12 +307,16 @@ class AsyncLedger:
         conversation_id: str,
         messages: Sequence[Message],
         *,
-        expected: int | None = None,
+        expected: int | Position | None = None,
         run_id: str | None = None,
         idempotency_key: str | None = None,
         origin: str = "client",
         create: bool = False,
         metadata: dict[str, Any] | None = None,
+        after: int | Position | None = None,
+        ids: Sequence[str] | None = None,
+        state: dict[str, Any] | None = None,
+        expected_state: Mapping[str, Any] | None = None,
     ) -> Appended:
         """See `Ledger.append_messages`."""
         return await self._store.execute(
@@ -288,6 +329,10 @@ class AsyncLedger:
                 origin,
                 create,
                 metadata,
+                after=after,
+                ids=ids,
+                state=state,
+                expected_state=expected_state,
             )
         )
 
@@ -307,15 +352,26 @@ class AsyncLedger:
         *,
         at: int | Position | None = None,
         metadata: dict[str, Any] | None = None,
+        key: str | None = None,
     ) -> Conversation:
         """See `Ledger.fork`."""
-        return await self._store.execute(self._ops.fork(conversation_id, at, metadata))
+        return await self._store.execute(self._ops.fork(conversation_id, at, metadata, key))
 
     async def move_head(
-        self, conversation_id: str, to: int | Position, *, expected: Position | None = None
+        self,
+        conversation_id: str,
+        to: int | Position,
+        *,
+        expected: Position | None = None,
+        state: dict[str, Any] | None = None,
+        expected_state: Mapping[str, Any] | None = None,
     ) -> Conversation:
         """See `Ledger.move_head`."""
-        return await self._store.execute(self._ops.move_head(conversation_id, to, expected))
+        return await self._store.execute(
+            self._ops.move_head(
+                conversation_id, to, expected, state=state, expected_state=expected_state
+            )
+        )
 
     async def events(
         self,

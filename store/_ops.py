@@ -9,7 +9,7 @@ rule and each face method is one call: the faces differ only in `await`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any, TypeVar, get_args
@@ -18,9 +18,10 @@ from sqlalchemy.engine import Connection
 
 from store import _repair
 from store._cache import MessageCache
-from store._checks import check_choice, check_id, check_new_id
+from store._checks import MAX_INT32, check_choice, check_id, check_int, check_new_id
 from store._errors import ConflictError, InvalidInputError, SchemaError
 from store._sql import append as _append
+from store._sql import entries as _entries
 from store._sql import log as _log
 from store._sql import migrate as _migrate
 from store._sql import projector
@@ -31,6 +32,7 @@ from store._sql.verify import Recompute, Verification
 from store._values import (
     Appended,
     Conversation,
+    Entry,
     Event,
     NewEvent,
     Origin,
@@ -87,7 +89,7 @@ class Operations:
         self.cache = cache
 
     def create_conversation(
-        self, metadata: dict[str, Any] | None, conversation_id: str | None
+        self, metadata: dict[str, Any] | None, conversation_id: str | None, key: str | None = None
     ) -> Op[Conversation]:
         # Every input is checked here, before either path, as `fn` checks
         # them (in the same order): the fast forms write without passing
@@ -95,18 +97,69 @@ class Operations:
         check_new_id(conversation_id, "conversation")
         tenant = self.tenant
         meta_text, payload = _log.encode_root(tenant, metadata)
-        return Op(
+        create = Op(
             "creating a conversation",
             write=True,
+            fn=lambda c: _log.create_conversation(
+                c, self.tenant, metadata, conversation_id=conversation_id, key=key
+            ),
+        )
+        if key is not None:  # a keyed creation checks its key: the general path
+            _log.check_key(key)
+            return create
+        return replace(
+            create,
             postgres=lambda cursor: _log.create_conversation_postgres(
                 cursor, tenant, conversation_id, meta_text, payload
             ),
             sqlite=lambda cursor: _log.create_conversation_sqlite(
                 cursor, tenant, conversation_id, meta_text, payload
             ),
-            fn=lambda c: _log.create_conversation(
-                c, self.tenant, metadata, conversation_id=conversation_id
-            ),
+        )
+
+    def conversation_by_key(self, key: str) -> Op[Conversation]:
+        _log.check_key(key)
+        return Op(
+            "reading a conversation by its key",
+            write=False,
+            fn=lambda c: _log.get_conversation_by_key(c, self.tenant, key),
+        )
+
+    def entries(
+        self, conversation_id: str, at: int | Position | None, last: int | None
+    ) -> Op[list[Entry]]:
+        check_id(conversation_id, "conversation")
+        if last is not None:
+            check_int(last, "last", minimum=0, maximum=MAX_INT32)
+
+        def read(c: Connection) -> list[Entry]:
+            conv = _log.get_conversation(c, self.tenant, conversation_id)
+            point = None if at is None else _log.resolve_position(c, conv, at)
+            return _entries.entries(c, conv, point, last)
+
+        return Op(f"reading the entries of conversation '{conversation_id}'", write=False, fn=read)
+
+    def entry(self, event_id: str) -> Op[Entry]:
+        check_id(event_id, "event")
+        return Op(
+            f"reading entry '{event_id}'",
+            write=False,
+            fn=lambda c: _entries.entry(c, self.tenant, event_id),
+        )
+
+    def set_state(
+        self,
+        conversation_id: str,
+        state: dict[str, Any],
+        expected: Mapping[str, Any] | None,
+    ) -> Op[Conversation]:
+        check_id(conversation_id, "conversation")
+        text = _entries.encode_state(state)
+        _check_expected_state(expected)
+        return Op(
+            f"setting the state of conversation '{conversation_id}'",
+            write=True,
+            fn=lambda c: _entries.set_state(c, self.tenant, conversation_id, text, expected),
         )
 
     def conversation(self, conversation_id: str) -> Op[Conversation]:
@@ -127,12 +180,17 @@ class Operations:
         self,
         conversation_id: str,
         messages: Sequence[Message],
-        expected: int | None,
+        expected: int | Position | None,
         run_id: str | None,
         idempotency_key: str | None,
         origin: str,
         create: bool = False,
         metadata: dict[str, Any] | None = None,
+        *,
+        after: int | Position | None = None,
+        ids: Sequence[str] | None = None,
+        state: dict[str, Any] | None = None,
+        expected_state: Mapping[str, Any] | None = None,
     ) -> Op[Appended]:
         if isinstance(messages, Message | dict | str | bytes) or not isinstance(messages, Sequence):
             raise InvalidInputError(
@@ -147,12 +205,27 @@ class Operations:
         encoded = _log.encode_events(
             [NewEvent.of_message(_as_message(m), origin=origin) for m in messages]  # type: ignore[arg-type]
         )
+        minted = _entries.check_ids(ids, len(encoded))
+        if after is not None:
+            _check_position(after, "after")
+        state_text = None if state is None else _entries.encode_state(state)
+        _check_expected_state(expected_state)
         tenant = self.tenant
+        # The fast forms do the chat loop's append; the framework options go
+        # through the general path.
+        at_position = None if isinstance(expected, Position) else expected
+        plain = (
+            minted is None
+            and after is None
+            and state is None
+            and expected_state is None
+            and not isinstance(expected, Position)
+        )
 
         def in_place(
             append: _append.Append, create_append: _append.CreateAppend
         ) -> Callable[[Any], Appended | None] | None:
-            if not encoded:
+            if not encoded or not plain:
                 return None
 
             def attempt(handle: Any) -> Appended | None:
@@ -176,7 +249,7 @@ class Operations:
                         tenant,
                         conversation_id,
                         encoded,
-                        expected=expected,
+                        expected=at_position,
                         run_id=run_id,
                         idempotency_key=idempotency_key,
                     )
@@ -201,6 +274,10 @@ class Operations:
                 idempotency_key=idempotency_key,
                 create=create,
                 metadata=metadata,
+                after=after,
+                ids=minted,
+                state=state_text,
+                expected_state=expected_state,
             ),
         )
 
@@ -227,21 +304,43 @@ class Operations:
         )
 
     def fork(
-        self, conversation_id: str, at: int | Position | None, metadata: dict[str, Any] | None
+        self,
+        conversation_id: str,
+        at: int | Position | None,
+        metadata: dict[str, Any] | None,
+        key: str | None = None,
     ) -> Op[Conversation]:
+        if key is not None:
+            _log.check_key(key)
         return Op(
             f"forking conversation '{conversation_id}'",
             write=True,
-            fn=lambda c: _log.fork(c, self.tenant, conversation_id, at, metadata),
+            fn=lambda c: _log.fork(c, self.tenant, conversation_id, at, metadata, key=key),
         )
 
     def move_head(
-        self, conversation_id: str, to: int | Position, expected: Position | None
+        self,
+        conversation_id: str,
+        to: int | Position,
+        expected: Position | None,
+        *,
+        state: dict[str, Any] | None = None,
+        expected_state: Mapping[str, Any] | None = None,
     ) -> Op[Conversation]:
+        state_text = None if state is None else _entries.encode_state(state)
+        _check_expected_state(expected_state)
         return Op(
             f"moving the head of conversation '{conversation_id}'",
             write=True,
-            fn=lambda c: _log.move_head(c, self.tenant, conversation_id, to, expected=expected),
+            fn=lambda c: _entries.move_head(
+                c,
+                self.tenant,
+                conversation_id,
+                to,
+                expected=expected,
+                state=state_text,
+                expected_state=expected_state,
+            ),
         )
 
     def events(
@@ -460,6 +559,27 @@ def _at_head(current: str | None) -> None:
             f"The database is at schema revision {current or 'none'}, but this chatledger "
             f"needs {head}. Run `store.migrate()` or `chatledger migrate`."
         )
+
+
+def _check_position(value: object, what: str) -> None:
+    if isinstance(value, Position):
+        check_id(value.branch_id, "branch")
+        check_int(value.position, f"{what} position", minimum=0, maximum=MAX_INT32)
+    elif not isinstance(value, int) or isinstance(value, bool):
+        raise InvalidInputError(f"{what} must be a position (an int or a Position), not {value!r}.")
+    else:
+        check_int(value, what, minimum=0, maximum=MAX_INT32)
+
+
+def _check_expected_state(expected: object) -> None:
+    if expected is None:
+        return
+    if not isinstance(expected, Mapping):
+        raise InvalidInputError(
+            f"expected_state must be a dict of the state fields to compare, not "
+            f"{type(expected).__name__}."
+        )
+    _entries.encode_state(dict(expected), "expected_state")
 
 
 def _root_if(create: bool, tenant: str, metadata: Any) -> tuple[str, str] | None:

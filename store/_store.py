@@ -8,7 +8,7 @@ as coroutines.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -31,6 +31,7 @@ from store._sql.verify import Recompute, Verification
 from store._values import (
     Appended,
     Conversation,
+    Entry,
     Event,
     NewEvent,
     Position,
@@ -220,14 +221,46 @@ class Ledger:
         return Audit(self._store, self._ops.tenant)
 
     def create_conversation(
-        self, metadata: dict[str, Any] | None = None, *, conversation_id: str | None = None
+        self,
+        metadata: dict[str, Any] | None = None,
+        *,
+        conversation_id: str | None = None,
+        key: str | None = None,
     ) -> Conversation:
         """Create a conversation (its id a new UUIDv7 unless given)."""
-        return self._store.execute(self._ops.create_conversation(metadata, conversation_id))
+        return self._store.execute(self._ops.create_conversation(metadata, conversation_id, key))
 
     def conversation(self, conversation_id: str) -> Conversation:
         """The conversation: metadata, head, and where it was forked from."""
         return self._store.execute(self._ops.conversation(conversation_id))
+
+    def conversation_by_key(self, key: str) -> Conversation:
+        """The conversation created with `key`; `NotFoundError` when the tenant has none."""
+        return self._store.execute(self._ops.conversation_by_key(key))
+
+    def entries(
+        self,
+        conversation_id: str,
+        *,
+        at: int | Position | None = None,
+        last: int | None = None,
+    ) -> list[Entry]:
+        """The messages of the history at the head (or `at`), each with its event id and position, oldest first; only the last `last` with it, in one query. Unrepaired: each entry is a message as stored."""
+        return self._store.execute(self._ops.entries(conversation_id, at, last))
+
+    def entry(self, event_id: str) -> Entry:
+        """The message with this event id, which its caller minted (`append_messages(ids=...)`)."""
+        return self._store.execute(self._ops.entry(event_id))
+
+    def set_state(
+        self,
+        conversation_id: str,
+        state: dict[str, Any],
+        *,
+        expected_state: Mapping[str, Any] | None = None,
+    ) -> Conversation:
+        """Replace the conversation's state (a `state.changed` event at the head), by compare-and-set on the fields of `expected_state` when given."""
+        return self._store.execute(self._ops.set_state(conversation_id, state, expected_state))
 
     def conversations(self, limit: int = 50, before: str | None = None) -> list[Conversation]:
         """The tenant's conversations, newest first; pass the last id as `before` for more."""
@@ -238,12 +271,16 @@ class Ledger:
         conversation_id: str,
         messages: Sequence[Message],
         *,
-        expected: int | None = None,
+        expected: int | Position | None = None,
         run_id: str | None = None,
         idempotency_key: str | None = None,
         origin: str = "client",
         create: bool = False,
         metadata: dict[str, Any] | None = None,
+        after: int | Position | None = None,
+        ids: Sequence[str] | None = None,
+        state: dict[str, Any] | None = None,
+        expected_state: Mapping[str, Any] | None = None,
     ) -> Appended:
         """Append one turn at the head, atomically, and move the head past it.
 
@@ -274,6 +311,10 @@ class Ledger:
                 origin,
                 create,
                 metadata,
+                after=after,
+                ids=ids,
+                state=state,
+                expected_state=expected_state,
             )
         )
 
@@ -293,15 +334,26 @@ class Ledger:
         *,
         at: int | Position | None = None,
         metadata: dict[str, Any] | None = None,
+        key: str | None = None,
     ) -> Conversation:
         """A new conversation that continues this one at `at` (default: the head)."""
-        return self._store.execute(self._ops.fork(conversation_id, at, metadata))
+        return self._store.execute(self._ops.fork(conversation_id, at, metadata, key))
 
     def move_head(
-        self, conversation_id: str, to: int | Position, *, expected: Position | None = None
+        self,
+        conversation_id: str,
+        to: int | Position,
+        *,
+        expected: Position | None = None,
+        state: dict[str, Any] | None = None,
+        expected_state: Mapping[str, Any] | None = None,
     ) -> Conversation:
         """Move the head to `to` (compare-and-set against `expected` when given)."""
-        return self._store.execute(self._ops.move_head(conversation_id, to, expected))
+        return self._store.execute(
+            self._ops.move_head(
+                conversation_id, to, expected, state=state, expected_state=expected_state
+            )
+        )
 
     def events(
         self,

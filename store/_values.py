@@ -19,6 +19,7 @@ __all__ = [
     "Branch",
     "BranchReason",
     "Conversation",
+    "Entry",
     "Event",
     "EventKind",
     "ForkPoint",
@@ -43,6 +44,7 @@ EventKind = Literal[
     "run.failed",
     "run.canceled",
     "head.moved",
+    "state.changed",
 ]
 Origin = Literal["run", "client", "repair"]
 BranchReason = Literal["root", "run", "resume", "fork", "edit"]
@@ -128,8 +130,27 @@ class Conversation:
     created_at: Timestamp
     metadata: dict[str, Any]
     forked_from: ForkPoint | None = None
+    key: str | None = None
+    """The caller's own name for it (`create_conversation(key=...)`), unique in the tenant."""
+    state: dict[str, Any] = field(default_factory=dict)
+    """Its current state: a JSON object that changes after creation (`set_state`)."""
     head_open: bool = field(default=True, repr=False, compare=False)
     """Whether the next append may continue the head's branch in place."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A message where it stands in a lineage: its event, position and time."""
+
+    __pydantic_config__ = VALUE_CONFIG
+
+    event_id: str
+    conversation_id: str
+    """The conversation whose log holds the event (a fork's early entries are its source's)."""
+    position: Position
+    seq: int
+    recorded_at: Timestamp
+    message: StoredMessage
 
 
 @dataclass(frozen=True)

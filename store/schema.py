@@ -21,6 +21,7 @@ from store._sql.dialect import InsertingTransaction
 __all__ = [
     "branches",
     "conversations",
+    "event_ids",
     "events",
     "metadata",
     "runs",
@@ -64,6 +65,20 @@ conversations = sa.Table(
     sa.Column("forked_from_conversation_id", Id, nullable=True),
     sa.Column("forked_from_branch_id", Id, nullable=True),
     sa.Column("forked_from_position", sa.Integer, nullable=True),
+    # A caller's own name for the conversation (a framework's session or
+    # thread id), unique within the tenant.
+    sa.Column("key", sa.String(512), nullable=True),
+    # The conversation's current state: a JSON object that changes after
+    # creation, each change a `state.changed` event; `{}` until the first.
+    sa.Column("state", sa.Text, nullable=False, server_default="{}"),
+    sa.Index(
+        "uq_chatledger_conversations_tenant_key",
+        "tenant",
+        "key",
+        unique=True,
+        sqlite_where=sa.text("key IS NOT NULL"),
+        postgresql_where=sa.text("key IS NOT NULL"),
+    ),
     # Keyset pagination of a tenant's conversations, newest first (ids are UUIDv7).
     sa.Index("ix_chatledger_conversations_tenant_id", "tenant", "id"),
     # "Which conversations were forked from this one" (audit, lineage).
@@ -186,6 +201,17 @@ runs = sa.Table(
         sqlite_where=sa.text("status = 'running'"),
         postgresql_where=sa.text("status = 'running'"),
     ),
+)
+
+event_ids = sa.Table(
+    "chatledger_event_ids",
+    metadata,
+    # The ids a caller minted for its events (`append_messages(ids=...)`),
+    # each pointing at its event: an event is found by such an id without
+    # indexing every event's id. Ids are unique across tenants.
+    sa.Column("id", Id, primary_key=True),
+    sa.Column("conversation_id", Id, nullable=False),
+    sa.Column("event_seq", Seq, nullable=False),
 )
 
 view_entries = sa.Table(

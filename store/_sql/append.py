@@ -25,7 +25,7 @@ conformance suite runs twice: as shipped, and with the fast paths off
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
@@ -39,6 +39,7 @@ from store import _checks
 from store._checks import MAX_INT32, check_int, check_text
 from store._errors import ConflictError, InvalidInputError, NotFoundError
 from store._sql import chain as _chain
+from store._sql import entries as _entries
 from store._sql.dialect import sqlite_clock, sqlite_time
 from store._sql.log import (
     SQLITE_NEW_BRANCH,
@@ -48,10 +49,12 @@ from store._sql.log import (
     event_from_row,
     get_conversation,
     insert_events,
+    resolve_position,
     set_head,
     utc,
 )
-from store._values import Appended, Conversation, Event, NewEvent, Position
+from store._sql.projector import head_is_open
+from store._values import Appended, BranchReason, Conversation, Event, NewEvent, Position
 from store.ids import new_id
 from store.schema import events
 
@@ -64,6 +67,7 @@ __all__ = [
     "append_sqlite",
     "appended_in_place",
     "check_append_options",
+    "check_expected",
     "create_append_postgres",
     "create_append_sqlite",
     "key_conflict",
@@ -604,11 +608,15 @@ def append_messages(
     conversation_id: str,
     encoded: Sequence[tuple[NewEvent, str]],
     *,
-    expected: int | None,
+    expected: int | Position | None,
     run_id: str | None,
     idempotency_key: str | None,
     create: bool = False,
     metadata: dict[str, Any] | None = None,
+    after: int | Position | None = None,
+    ids: Sequence[str] | None = None,
+    state: str | None = None,
+    expected_state: Mapping[str, Any] | None = None,
 ) -> Appended:
     """Append one turn at the head and move the head past it, atomically.
 
@@ -616,7 +624,11 @@ def append_messages(
     the head is not the tip of its branch (a run's leftovers lie beyond it),
     the turn opens a new branch at the head. With `create`, a conversation
     the tenant does not have is created first, in the same transaction, with
-    `metadata`.
+    `metadata`. With `after`, the turn goes after that position instead,
+    replacing what followed it in the head's history (which stays in the log,
+    on its branch). `ids` are the messages' event ids, minted by the caller.
+    `state` (stored text) records a `state.changed` event after the turn,
+    which the head then points at; `expected_state` is checked first.
     """
     if not encoded:
         raise InvalidInputError("append_messages needs at least one message.")
@@ -627,24 +639,20 @@ def append_messages(
         again = replayed(conn, conv, idempotency_key, encoded, run_id)
         if again is not None:
             return again
-    if expected is not None and expected != conv.head.position:
-        raise ConflictError(
-            f"Conversation '{conv.id}' is at position {conv.head.position}, but the append "
-            f"expected {expected}. Another writer appended first; reload the history and retry.",
-            conversation_id=conv.id,
-            branch_id=conv.head.branch_id,
-            expected=expected,
-            actual=conv.head.position,
-        )
-    branch_id, position = conv.head.branch_id, conv.head.position
+    check_expected(conv, expected)
+    _entries.check_state(conv, expected_state)
+    base = conv.head if after is None else resolve_position(conn, conv, after)
+    branch_id, position = base.branch_id, base.position
     written: list[Event] = [] if created is None else [created]
-    if not conv.head_open:
-        branch_id, created = create_branch(
-            conn, conv.id, conv.head, "run", run_id=run_id, origin="client"
+    opened = not conv.head_open if after is None else not head_is_open(conn, conv.id, base)
+    if opened:
+        reason: BranchReason = "run" if after is None else "edit"
+        branch_id, branched = create_branch(
+            conn, conv.id, base, reason, run_id=run_id if after is None else None, origin="client"
         )
-        written.append(created)
+        written.append(branched)
         position += 1
-    written += insert_events(
+    inserted = insert_events(
         conn,
         conv.id,
         branch_id,
@@ -652,12 +660,44 @@ def append_messages(
         encoded,
         run_id=run_id,
         idempotency_key=idempotency_key,
-        head=True,
+        head=state is None,
+        ids=ids,
     )
+    written += inserted
+    if ids is not None:
+        _entries.record_ids(conn, conv.id, inserted)
     new_head = Position(branch_id, written[-1].position)
     messages = [e for e in written if e.kind == "message.recorded"]
     set_head(conn, conv, new_head, messages, written[-1].hash)
+    if state is not None:
+        written.append(_entries.record_state(conn, conv, new_head, state))
+        new_head = Position(branch_id, written[-1].position)
     return Appended(conv.id, written, new_head, created=created is not None)
+
+
+def check_expected(conv: Conversation, expected: int | Position | None) -> None:
+    """The optimistic check of an append: the head is where the caller last saw it
+    (a position on the head's branch, or a `Position` naming the branch too)."""
+    if expected is None:
+        return
+    if isinstance(expected, Position):
+        if expected == conv.head:
+            return
+        seen = f"{expected.branch_id}:{expected.position}"
+        found = f"{conv.head.branch_id}:{conv.head.position}"
+        position = expected.position
+    elif expected == conv.head.position:
+        return
+    else:
+        seen, found, position = str(expected), str(conv.head.position), expected
+    raise ConflictError(
+        f"Conversation '{conv.id}' is at position {found}, but the append expected {seen}. "
+        f"Another writer appended first; reload the history and retry.",
+        conversation_id=conv.id,
+        branch_id=conv.head.branch_id,
+        expected=position,
+        actual=conv.head.position,
+    )
 
 
 def _create_first(
@@ -692,10 +732,13 @@ def _exists(conn: Connection, tenant: str, conversation_id: str) -> bool:
 
 
 def check_append_options(
-    expected: int | None, run_id: str | None, idempotency_key: str | None
+    expected: int | Position | None, run_id: str | None, idempotency_key: str | None
 ) -> None:
     """The options of `append_messages`, checked before anything is written."""
-    if expected is not None:
+    if isinstance(expected, Position):
+        _checks.check_id(expected.branch_id, "branch")
+        check_int(expected.position, "expected position", minimum=0, maximum=MAX_INT32)
+    elif expected is not None:
         check_int(expected, "expected", minimum=0, maximum=MAX_INT32)
     if run_id is not None:
         _checks.check_id(run_id, "run")

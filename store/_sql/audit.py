@@ -95,7 +95,7 @@ def stage_of(kind: EventKind) -> Stage:
     if kind not in _KINDS:
         return "other"  # recorded by a newer version, or by a custom loop through record()
     match kind:
-        case "conversation.created" | "head.moved":
+        case "conversation.created" | "head.moved" | "state.changed":
             return "conversation"
         case "branch.created" | "run.started" | "run.completed" | "run.failed" | "run.canceled":
             return "run"

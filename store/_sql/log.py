@@ -41,10 +41,12 @@ from store.messages import Message, dump_message
 from store.schema import branches, conversations, events, runs
 
 __all__ = [
+    "MAX_KEY_CHARS",
     "MAX_PAYLOAD_CHARS",
     "SQLITE_NEW_BRANCH",
     "SQLITE_NEW_CONVERSATION",
     "branch_tip",
+    "check_key",
     "create_branch",
     "create_conversation",
     "create_conversation_event",
@@ -55,7 +57,9 @@ __all__ = [
     "fork",
     "get_branch",
     "get_conversation",
+    "get_conversation_by_key",
     "insert_events",
+    "key_taken",
     "list_conversations",
     "list_events",
     "move_head",
@@ -140,6 +144,8 @@ def _conversation(row: Row[Any]) -> Conversation:
         created_at=utc(m["created_at"]),
         metadata=json.loads(m["metadata"]),
         forked_from=forked,
+        key=m["key"],
+        state=json.loads(m["state"]),
     )
 
 
@@ -201,14 +207,16 @@ def create_conversation(
     *,
     conversation_id: str | None = None,
     fork_point: ForkPoint | None = None,
+    key: str | None = None,
 ) -> Conversation:
     """A new conversation whose root branch starts with `conversation.created`.
 
     A caller-chosen id that is taken, by this tenant or any other, is a
-    `ConflictError` that reads the same either way.
+    `ConflictError` that reads the same either way; so is a `key` the tenant
+    already uses.
     """
     conv, _ = create_conversation_event(
-        conn, tenant, metadata, conversation_id=conversation_id, fork_point=fork_point
+        conn, tenant, metadata, conversation_id=conversation_id, fork_point=fork_point, key=key
     )
     return conv
 
@@ -221,6 +229,7 @@ def create_conversation_event(
     conversation_id: str | None = None,
     fork_point: ForkPoint | None = None,
     head: bool = True,
+    key: str | None = None,
 ) -> tuple[Conversation, Event]:
     """`create_conversation`, also returning its `conversation.created` event.
 
@@ -229,12 +238,16 @@ def create_conversation_event(
     """
     conversation_id = _checks.check_new_id(conversation_id, "conversation") or new_id()
     meta_text = check_metadata(metadata)
+    if key is not None:
+        check_key(key)
     if _taken(conn, conversation_id):
         raise ConflictError(
             f"Conversation id '{conversation_id}' is taken. Pass another id, or none to have "
             f"chatledger mint one.",
             conversation_id=conversation_id,
         )
+    if key is not None and _key_taken(conn, tenant, key):
+        raise key_taken(key, conversation_id)
     branch_id = new_id()
     parent_position = fork_point.position if fork_point else 0
     conn.execute(
@@ -259,11 +272,22 @@ def create_conversation_event(
     )
     try:
         _insert_conversation(
-            conn, conversation_id, tenant, branch_id, position, created.hash, meta_text, fork_point
+            conn,
+            conversation_id,
+            tenant,
+            branch_id,
+            position,
+            created.hash,
+            meta_text,
+            fork_point,
+            key,
         )
     except sa.exc.IntegrityError as error:
-        # Another transaction took the id between the check above and here; the
-        # transaction rolls back as this propagates, so nothing is written.
+        # Another transaction took the id (or the key) between the checks above
+        # and here; the transaction rolls back as this propagates, so nothing
+        # is written.
+        if key is not None and unique_violation(error, conversations, ["tenant", "key"]):
+            raise key_taken(key, conversation_id) from error
         if unique_violation(error, conversations, ["id"]):
             raise ConflictError(
                 f"Conversation id '{conversation_id}' is taken. Pass another id, or none to "
@@ -285,9 +309,11 @@ def _insert_conversation(
     head_hash: bytes,
     meta_text: str,
     fork_point: ForkPoint | None,
+    key: str | None,
 ) -> None:
     conn.execute(
         conversations.insert().values(
+            key=key,
             id=conversation_id,
             tenant=tenant,
             head_branch_id=branch_id,
@@ -467,6 +493,43 @@ def create_conversation_sqlite(
     return _created(tenant, cid, branch_id, now, meta_text)
 
 
+MAX_KEY_CHARS = 512
+
+
+def check_key(key: object) -> str:
+    """A conversation key: a caller's own name for a conversation."""
+    return _checks.check_text(key, "conversation key", max_chars=MAX_KEY_CHARS)
+
+
+def key_taken(key: str, conversation_id: str) -> ConflictError:
+    """The error for a key the tenant already uses (`conversation_id`: the one refused)."""
+    return ConflictError(
+        f"Conversation key {key!r} is taken by another conversation of this tenant. Look it "
+        f"up with conversation_by_key, or pass another key.",
+        conversation_id=conversation_id,
+    )
+
+
+def _key_taken(conn: Connection, tenant: str, key: str) -> bool:
+    found = conn.execute(
+        sa.select(conversations.c.id).where(
+            conversations.c.tenant == tenant, conversations.c.key == key
+        )
+    ).first()
+    return found is not None
+
+
+def get_conversation_by_key(conn: Connection, tenant: str, key: str) -> Conversation:
+    """The tenant's conversation with this key; `NotFoundError` when it has none."""
+    check_key(key)
+    row = conn.execute(
+        sa.select(conversations).where(conversations.c.tenant == tenant, conversations.c.key == key)
+    ).first()
+    if row is None:
+        raise NotFoundError("conversation key", key, tenant)
+    return _conversation(row)
+
+
 def check_metadata(metadata: Any) -> str:
     """Conversation metadata (a dict of plain JSON, or None) as its stored text."""
     if metadata is not None and not isinstance(metadata, dict):
@@ -490,6 +553,8 @@ def fork(
     conversation_id: str,
     at: int | Position | None,
     metadata: dict[str, Any] | None,
+    *,
+    key: str | None = None,
 ) -> Conversation:
     """A new conversation continuing `conversation_id` at `at`; nothing is copied."""
     source = get_conversation(conn, tenant, conversation_id)
@@ -499,6 +564,7 @@ def fork(
         tenant,
         metadata,
         fork_point=ForkPoint(source.id, point.branch_id, point.position),
+        key=key,
     )
 
 
@@ -626,17 +692,19 @@ def insert_events(
     run_id: str | None = None,
     idempotency_key: str | None = None,
     head: bool = False,
+    ids: Sequence[str] | None = None,
 ) -> list[Event]:
     """Insert events at consecutive positions from `first_position`.
 
     The unique key (conversation, branch, position) refuses a position that
     another writer took; `head` flags the last event as setting the head.
+    `ids` are the events' ids when the caller minted them.
     """
     if not encoded:
         return []
     rows: list[dict[str, Any]] = [
         {
-            "id": new_id(),
+            "id": ids[i] if ids is not None else new_id(),
             "conversation_id": conversation_id,
             "branch_id": branch_id,
             "position": first_position + i,
@@ -751,11 +819,13 @@ def move_head(
     to: int | Position,
     *,
     expected: Position | None,
+    head: bool = True,
 ) -> Conversation:
     """Move the head to `to` by compare-and-set, recording `head.moved`.
 
     A target that is not the tip of its branch opens an `edit` branch there,
-    so the `head.moved` event lands on a line of its own.
+    so the `head.moved` event lands on a line of its own. `head=False` when
+    the same transaction moves the head on past that event.
     """
     conv = get_conversation(conn, tenant, conversation_id, lock=True)
     if expected is not None and expected != conv.head:
@@ -783,7 +853,7 @@ def move_head(
         branch_id,
         position + 1,
         [(NewEvent("head.moved", payload, origin="client"), canonical_json(payload))],
-        head=True,
+        head=head,
     )
     set_head(conn, conv, Position(branch_id, moved.position), [], moved.hash)
     return get_conversation(conn, tenant, conversation_id)

@@ -32,6 +32,7 @@ __all__ = [
     "fill_view",
     "head_at",
     "head_is_open",
+    "in_segments",
     "lineage",
     "message_payloads",
     "message_rows",
@@ -97,7 +98,7 @@ def common_prefix(a: Sequence[Segment], b: Sequence[Segment]) -> int:
     return agreed
 
 
-def _in_segments(segments: Sequence[Segment], after: int = 0) -> sa.ColumnElement[bool]:
+def in_segments(segments: Sequence[Segment], after: int = 0) -> sa.ColumnElement[bool]:
     clauses = [
         sa.and_(
             events.c.conversation_id == conversation_id,
@@ -114,7 +115,7 @@ def message_rows(conn: Connection, segments: Sequence[Segment]) -> list[tuple[in
     """The `message.recorded` (seq, payload) rows along `segments`, in order."""
     rows = conn.execute(
         sa.select(events.c.seq, events.c.payload)
-        .where(_in_segments(segments), events.c.kind == MESSAGE)
+        .where(in_segments(segments), events.c.kind == MESSAGE)
         .order_by(events.c.position)
     ).all()
     return [(seq, payload) for seq, payload in rows]
@@ -124,7 +125,7 @@ def message_payloads(conn: Connection, segments: Sequence[Segment]) -> list[str]
     """The `message.recorded` payloads along `segments`, in order."""
     rows = conn.execute(
         sa.select(events.c.payload)
-        .where(_in_segments(segments), events.c.kind == MESSAGE)
+        .where(in_segments(segments), events.c.kind == MESSAGE)
         .order_by(events.c.position)
     ).scalars()
     return list(rows)
@@ -183,7 +184,7 @@ def _fill_view(
                 sa.literal(conversation_id, type_=view_entries.c.conversation_id.type),
                 events.c.position,
                 events.c.seq,
-            ).where(_in_segments(segments, after), events.c.kind == MESSAGE),
+            ).where(in_segments(segments, after), events.c.kind == MESSAGE),
         )
     )
 

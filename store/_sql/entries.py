@@ -1,0 +1,261 @@
+"""Entries, caller-minted event ids and conversation state (ADR 0018).
+
+What agent frameworks need beside the chat-loop append:
+
+- `entries`: the messages of a lineage with where each one is (its event id
+  and position), or only the last N of them, in one query;
+- `entry`: one message by the id its caller minted for it
+  (`append_messages(ids=...)`), found through `chatledger_event_ids`
+  without indexing every event's id;
+- `record_ids`: those ids, written in the append's transaction;
+- state: a JSON object per conversation that changes after creation, each
+  change a `state.changed` event at the head, its current value kept on the
+  conversation row; `check_state` is the compare-and-set on its fields.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from store import _checks
+from store._errors import ConflictError, InvalidInputError, NotFoundError
+from store._sql import log as _log
+from store._sql import projector
+from store._sql.log import (
+    canonical_json,
+    create_branch,
+    get_conversation,
+    insert_events,
+    set_head,
+    utc,
+)
+from store._sql.translate import unique_violation
+from store._values import Conversation, Entry, Event, NewEvent, Position
+from store.messages import load_messages
+from store.schema import conversations, event_ids, events, view_entries
+
+__all__ = [
+    "check_ids",
+    "check_state",
+    "encode_state",
+    "entries",
+    "entry",
+    "move_head",
+    "record_ids",
+    "record_state",
+    "set_state",
+]
+
+MESSAGE = "message.recorded"
+_COLUMNS = (
+    events.c.seq,
+    events.c.id,
+    events.c.conversation_id,
+    events.c.branch_id,
+    events.c.position,
+    events.c.recorded_at,
+    events.c.payload,
+)
+
+
+def entries(
+    conn: Connection, conv: Conversation, at: Position | None, last: int | None
+) -> list[Entry]:
+    """The messages of the lineage ending at `at` (None: the head), oldest first;
+    only the last `last` of them when given."""
+    if at is None:
+        query = (
+            sa.select(*_COLUMNS)
+            .select_from(view_entries.join(events, events.c.seq == view_entries.c.event_seq))
+            .where(view_entries.c.conversation_id == conv.id)
+        )
+    else:
+        segments = projector.lineage(conn, at)
+        query = sa.select(*_COLUMNS).where(
+            projector.in_segments(segments), events.c.kind == MESSAGE
+        )
+    if last is not None:
+        rows = list(conn.execute(query.order_by(events.c.position.desc()).limit(last)))
+        rows.reverse()
+    else:
+        rows = list(conn.execute(query.order_by(events.c.position)))
+    return _entries(rows)
+
+
+def entry(conn: Connection, tenant: str, event_id: str) -> Entry:
+    """The message whose event id its caller minted; `NotFoundError` otherwise,
+    and for another tenant's."""
+    _checks.check_id(event_id, "event")
+    row = conn.execute(
+        sa.select(*_COLUMNS)
+        .select_from(
+            event_ids.join(events, events.c.seq == event_ids.c.event_seq).join(
+                conversations, conversations.c.id == event_ids.c.conversation_id
+            )
+        )
+        .where(event_ids.c.id == event_id, conversations.c.tenant == tenant)
+    ).first()
+    if row is None:
+        raise NotFoundError("entry", event_id, tenant)
+    (found,) = _entries([row])
+    return found
+
+
+def _entries(rows: Sequence[Any]) -> list[Entry]:
+    messages = load_messages([r.payload for r in rows])
+    return [
+        Entry(
+            event_id=str(r.id),
+            conversation_id=str(r.conversation_id),
+            position=Position(str(r.branch_id), r.position),
+            seq=r.seq,
+            recorded_at=utc(r.recorded_at),
+            message=message,
+        )
+        for r, message in zip(rows, messages, strict=True)
+    ]
+
+
+# -- caller-minted ids --------------------------------------------------------------
+
+
+def check_ids(ids: object, count: int) -> list[str] | None:
+    """`append_messages(ids=...)`: one canonical UUID per message, none twice."""
+    if ids is None:
+        return None
+    if isinstance(ids, str | bytes) or not isinstance(ids, Sequence):
+        raise InvalidInputError(
+            f"ids must be a list of event ids, one per message, not {type(ids).__name__}."
+        )
+    checked = [_checks.check_id(i, "event") for i in ids]
+    if len(checked) != count:
+        raise InvalidInputError(
+            f"ids has {len(checked)} ids for {count} messages: give one id per message."
+        )
+    if len(set(checked)) != len(checked):
+        raise InvalidInputError("ids holds the same id twice: give each message an id of its own.")
+    return checked
+
+
+def _ids_taken(conn: Connection, conversation_id: str, ids: Sequence[str]) -> ConflictError | None:
+    taken = conn.execute(sa.select(event_ids.c.id).where(event_ids.c.id.in_(ids))).scalars().first()
+    if taken is None:
+        return None
+    return ConflictError(
+        f"Event id '{taken}' is taken. Mint a new id for each message (a UUIDv7, say); "
+        f"to retry an append that may have landed, pass the same idempotency key.",
+        conversation_id=conversation_id,
+    )
+
+
+def record_ids(conn: Connection, conversation_id: str, written: Sequence[Event]) -> None:
+    """Make `written` findable by their (caller-minted) ids."""
+    ids = [e.id for e in written]
+    taken = _ids_taken(conn, conversation_id, ids)
+    if taken is not None:
+        raise taken
+    try:
+        conn.execute(
+            event_ids.insert(),
+            [{"id": e.id, "conversation_id": conversation_id, "event_seq": e.seq} for e in written],
+        )
+    except sa.exc.IntegrityError as error:
+        # Taken by a concurrent append between the check and here; this
+        # transaction rolls back as the error propagates.
+        if unique_violation(error, event_ids, ["id"]):
+            raise _ids_taken(conn, conversation_id, ids) or error from error
+        raise
+
+
+# -- state ------------------------------------------------------------------------
+
+
+def encode_state(state: object, what: str = "state") -> str:
+    """A conversation's state (a dict of plain JSON) as its stored text."""
+    if not isinstance(state, dict):
+        raise InvalidInputError(f"{what} must be a dict, not {type(state).__name__}.")
+    return canonical_json(state, what)
+
+
+def check_state(conv: Conversation, expected: Mapping[str, Any] | None) -> None:
+    """The compare-and-set on state: each field of `expected` must hold its value now
+    (a field given as None must be absent or null)."""
+    if expected is None:
+        return
+    differs = [k for k, v in expected.items() if conv.state.get(k) != v]
+    if differs:
+        fields = ", ".join(map(repr, differs))
+        raise ConflictError(
+            f"The state of conversation '{conv.id}' changed: {fields} no longer "
+            f"{'holds its' if len(differs) == 1 else 'hold their'} expected "
+            f"value{'' if len(differs) == 1 else 's'}. Another writer saved first; reload the "
+            f"conversation and retry.",
+            conversation_id=conv.id,
+        )
+
+
+def record_state(conn: Connection, conv: Conversation, at: Position, state_text: str) -> Event:
+    """A `state.changed` event right after `at` (the head, a tip of its branch, its
+    view current), which becomes the head; and the conversation row's state."""
+    payload = {"state": json.loads(state_text)}
+    (changed,) = insert_events(
+        conn,
+        conv.id,
+        at.branch_id,
+        at.position + 1,
+        [(NewEvent("state.changed", payload, origin="client"), canonical_json(payload))],
+        head=True,
+    )
+    set_head(
+        conn, replace(conv, head=at), Position(at.branch_id, changed.position), [], changed.hash
+    )
+    conn.execute(
+        conversations.update().where(conversations.c.id == conv.id).values(state=state_text)
+    )
+    return changed
+
+
+def set_state(
+    conn: Connection,
+    tenant: str,
+    conversation_id: str,
+    state_text: str,
+    expected: Mapping[str, Any] | None,
+) -> Conversation:
+    """Replace the conversation's state by compare-and-set on `expected`'s fields."""
+    conv = get_conversation(conn, tenant, conversation_id, lock=True)
+    check_state(conv, expected)
+    at = conv.head
+    if not conv.head_open:  # a run writes past the head: the change takes a line of its own
+        branch_id, _ = create_branch(conn, conv.id, conv.head, "edit", origin="client")
+        at = Position(branch_id, conv.head.position + 1)
+        conv = replace(conv, head=at)
+    record_state(conn, conv, at, state_text)
+    return get_conversation(conn, tenant, conversation_id)
+
+
+def move_head(
+    conn: Connection,
+    tenant: str,
+    conversation_id: str,
+    to: int | Position,
+    *,
+    expected: Position | None,
+    state: str | None,
+    expected_state: Mapping[str, Any] | None,
+) -> Conversation:
+    """`log.move_head`, and with `state` a `state.changed` right after its
+    `head.moved`, both by compare-and-set, in one transaction."""
+    if expected_state is not None:
+        check_state(get_conversation(conn, tenant, conversation_id, lock=True), expected_state)
+    moved = _log.move_head(conn, tenant, conversation_id, to, expected=expected, head=state is None)
+    if state is None:
+        return moved
+    record_state(conn, moved, moved.head, state)
+    return get_conversation(conn, tenant, conversation_id)
