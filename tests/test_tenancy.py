@@ -29,7 +29,7 @@ from store import (
     Store,
 )
 from store.ids import new_id
-from store.schema import branches, conversations, events, runs, view_entries
+from store.schema import branches, conversations, event_ids, events, runs, view_entries
 
 
 def user(text: str) -> Message:
@@ -82,7 +82,7 @@ def snapshot(store: Store, tenants: tuple[str, str]) -> tuple[Any, ...]:
     with store.engine.connect() as conn:
         counts = tuple(
             conn.execute(sa.select(sa.func.count()).select_from(t)).scalar_one()
-            for t in (conversations, branches, events, runs, view_entries)
+            for t in (conversations, branches, events, runs, view_entries, event_ids)
         )
         convs = conn.execute(
             sa.select(conversations)
@@ -111,7 +111,21 @@ OPERATIONS: dict[str, Operation] = {
     "append with key": lambda w, i: w.mine.append_messages(
         i.conversation, [user("x")], idempotency_key="k", expected=2
     ),
+    "append after their branch": lambda w, i: w.mine.append_messages(
+        w.own.conversation, [user("x")], after=Position(i.branch, 1)
+    ),
+    "append with state": lambda w, i: w.mine.append_messages(
+        i.conversation, [user("x")], state={"s": 1}, ids=[new_id()]
+    ),
+    "entries": lambda w, i: w.mine.entries(i.conversation),
+    "last entries": lambda w, i: w.mine.entries(i.conversation, last=1),
+    "entries at their branch": lambda w, i: w.mine.entries(
+        w.own.conversation, at=Position(i.branch, 1)
+    ),
+    "set state": lambda w, i: w.mine.set_state(i.conversation, {"s": 1}),
+    "move head with state": lambda w, i: w.mine.move_head(i.conversation, 1, state={"s": 1}),
     "fork": lambda w, i: w.mine.fork(i.conversation),
+    "fork with key": lambda w, i: w.mine.fork(i.conversation, key="k"),
     "fork at their branch": lambda w, i: w.mine.fork(
         w.own.conversation, at=Position(i.branch, 1)
     ),

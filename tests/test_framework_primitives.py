@@ -1,0 +1,339 @@
+"""What framework backends need from the store (ADR 0018), on both backends and paths.
+
+Conversation keys, entries with positions, caller-minted event ids, state
+that changes after creation by compare-and-set, and the tail replaced in one
+transaction.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from store import (
+    AsyncStore,
+    ConflictError,
+    InvalidInputError,
+    Ledger,
+    Message,
+    NotFoundError,
+    Position,
+    Store,
+)
+from store.ids import new_id
+from store.schema import branches, conversations, event_ids, events, runs, view_entries
+
+
+def user(text: str) -> Message:
+    return Message(role="user", content=text)
+
+
+def turn(*texts: str) -> list[Message]:
+    return [
+        Message(role="user" if i % 2 == 0 else "assistant", content=t) for i, t in enumerate(texts)
+    ]
+
+
+def counts(store: Store) -> tuple[int, ...]:
+    with store.engine.connect() as conn:
+        return tuple(
+            conn.execute(sa.select(sa.func.count()).select_from(t)).scalar_one()
+            for t in (conversations, branches, events, runs, view_entries, event_ids)
+        )
+
+
+def head_flags_agree(ledger: Ledger, conversation_id: str) -> None:
+    """The last event flagged `head` is where the conversation's head is."""
+    flagged = [e for e in ledger.events(conversation_id=conversation_id) if e.head]
+    conv = ledger.conversation(conversation_id)
+    assert Position(flagged[-1].branch_id, flagged[-1].position) == conv.head
+    assert ledger.verify(conversation_id).ok
+
+
+# -- keys ---------------------------------------------------------------------------------
+
+
+def test_a_conversation_is_found_by_its_key(ledger: Ledger) -> None:
+    conv = ledger.create_conversation({"m": 1}, key="thread: 42 / é")
+    found = ledger.conversation_by_key("thread: 42 / é")
+    assert found == conv and found.key == "thread: 42 / é"
+    assert ledger.conversation(conv.id).key == "thread: 42 / é"
+    assert ledger.create_conversation().key is None
+    fork = ledger.fork(conv.id, key="thread: 43")
+    assert ledger.conversation_by_key("thread: 43").id == fork.id
+
+
+def test_a_key_is_unique_in_its_tenant_only(store: Store, ledger: Ledger) -> None:
+    ledger.create_conversation(key="k")
+    before = counts(store)
+    with pytest.raises(ConflictError, match="key 'k' is taken"):
+        ledger.create_conversation(key="k")
+    with pytest.raises(ConflictError, match="key 'k' is taken"):
+        ledger.fork(ledger.conversation_by_key("k").id, key="k")
+    assert counts(store) == before
+    # Another tenant has keys of its own: the same key is free there, and
+    # this tenant's key is not found there.
+    other = store.tenant(f"other-{uuid.uuid4().hex[:8]}")
+    with pytest.raises(NotFoundError) as missing:
+        other.conversation_by_key("k")
+    assert "does not exist for tenant" in str(missing.value)
+    assert other.create_conversation(key="k").key == "k"
+
+
+def test_racing_creations_of_one_key_create_one_conversation(store: Store, ledger: Ledger) -> None:
+    writers = 6
+    start = threading.Barrier(writers)
+
+    def create(_: int) -> str:
+        start.wait()
+        try:
+            return ledger.create_conversation(key="raced").id
+        except ConflictError:
+            return "conflict"
+
+    with ThreadPoolExecutor(writers) as pool:
+        results = list(pool.map(create, range(writers)))
+    created = [r for r in results if r != "conflict"]
+    assert len(created) == 1
+    assert ledger.conversation_by_key("raced").id == created[0]
+
+
+@pytest.mark.parametrize("key", ["", "x" * 513, "nul\x00", 7, None])
+def test_a_bad_key_is_refused_before_anything_is_written(
+    store: Store, ledger: Ledger, key: Any
+) -> None:
+    before = counts(store)
+    with pytest.raises(InvalidInputError):
+        if key is None:
+            ledger.conversation_by_key(key)
+        else:
+            ledger.create_conversation(key=key)
+    assert counts(store) == before
+
+
+# -- entries ------------------------------------------------------------------------------
+
+
+def test_entries_are_the_messages_with_their_events(ledger: Ledger) -> None:
+    conv = ledger.create_conversation()
+    ledger.append_messages(conv.id, turn("a", "b", "c"))
+    ledger.append_messages(conv.id, turn("d"))
+    logged = {e.id: e for e in ledger.events(conversation_id=conv.id)}
+
+    entries = ledger.entries(conv.id)
+    assert [e.message for e in entries] == ledger.history(conv.id, repaired=False)
+    for entry in entries:
+        event = logged[entry.event_id]
+        assert (entry.position, entry.seq) == (Position(event.branch_id, event.position), event.seq)
+        assert entry.recorded_at == event.recorded_at and entry.message == event.message
+        assert entry.conversation_id == conv.id
+    assert ledger.entries(conv.id, last=2) == entries[-2:]
+    assert ledger.entries(conv.id, last=10) == entries
+    assert ledger.entries(conv.id, last=0) == []
+
+
+def test_entries_at_a_position_follow_its_lineage_and_a_fork_its_source(ledger: Ledger) -> None:
+    conv = ledger.create_conversation()
+    ledger.append_messages(conv.id, turn("a", "b", "c"))
+    old = ledger.entries(conv.id)
+    ledger.append_messages(conv.id, turn("x"), after=old[0].position)
+
+    assert [e.message.content for e in ledger.entries(conv.id)] == ["a", "x"]
+    # The replaced tail is still in the log, on its branch.
+    assert ledger.entries(conv.id, at=old[-1].position) == old
+    assert ledger.entries(conv.id, at=old[-1].position, last=1) == old[-1:]
+    fork = ledger.fork(conv.id, at=old[1].position)
+    assert ledger.entries(fork.id) == old[:2]  # the source's entries, nothing copied
+    assert {e.conversation_id for e in ledger.entries(fork.id)} == {conv.id}
+
+
+@pytest.mark.parametrize("last", [-1, "2", 2.0, True])
+def test_a_bad_last_is_refused(ledger: Ledger, last: Any) -> None:
+    conv = ledger.create_conversation()
+    with pytest.raises(InvalidInputError):
+        ledger.entries(conv.id, last=last)
+
+
+# -- caller-minted ids --------------------------------------------------------------------
+
+
+def test_messages_keep_the_ids_their_caller_minted(store: Store, ledger: Ledger) -> None:
+    conv = ledger.create_conversation()
+    ids = [new_id(), new_id(), new_id()]
+    appended = ledger.append_messages(conv.id, turn("a", "b", "c"), ids=ids)
+
+    assert [e.id for e in appended.events] == ids
+    assert [e.event_id for e in ledger.entries(conv.id)] == ids
+    assert appended.events == ledger.events(conversation_id=conv.id)[1:]
+    found = ledger.entry(ids[1])
+    assert (found.message.content, found.position, found.conversation_id) == (
+        "b",
+        Position(conv.head.branch_id, 3),
+        conv.id,
+    )
+    # An id is taken for good, in every tenant; nothing of a refused append lands.
+    before = counts(store)
+    other = store.tenant(f"other-{uuid.uuid4().hex[:8]}")
+    theirs = other.create_conversation()
+    before = counts(store)
+    with pytest.raises(ConflictError) as mine:
+        ledger.append_messages(conv.id, turn("again"), ids=[ids[0]])
+    with pytest.raises(ConflictError) as across:
+        other.append_messages(theirs.id, turn("again"), ids=[ids[0]])
+    assert str(mine.value) == str(across.value)
+    assert counts(store) == before
+
+
+def test_an_entry_of_another_tenant_reads_as_missing(store: Store, ledger: Ledger) -> None:
+    conv = ledger.create_conversation()
+    minted = new_id()
+    unminted = ledger.append_messages(conv.id, turn("a")).events[0].id
+    ledger.append_messages(conv.id, turn("b"), ids=[minted])
+    other = store.tenant(f"other-{uuid.uuid4().hex[:8]}")
+
+    def refusal(owner: Ledger, event_id: str) -> str:
+        with pytest.raises(NotFoundError) as caught:
+            owner.entry(event_id)
+        return str(caught.value).replace(event_id, "<id>")
+
+    assert refusal(other, minted) == refusal(other, new_id())
+    # Only ids a caller minted are found: a store-minted one is not indexed.
+    assert refusal(ledger, unminted) == refusal(ledger, new_id())
+
+
+@pytest.mark.parametrize(
+    ("ids", "says"),
+    [
+        ("not-a-list", "ids must be a list"),
+        (["not-a-uuid"], "(?i)event id"),
+        ([], "one id per message"),
+        ([None], "(?i)event id"),
+    ],
+)
+def test_bad_ids_are_refused_before_anything_is_written(
+    store: Store, ledger: Ledger, ids: Any, says: str
+) -> None:
+    conv = ledger.create_conversation()
+    before = counts(store)
+    with pytest.raises(InvalidInputError, match=says):
+        ledger.append_messages(conv.id, turn("a"), ids=ids)
+    twice = new_id()
+    with pytest.raises(InvalidInputError, match="same id twice"):
+        ledger.append_messages(conv.id, turn("a", "b"), ids=[twice, twice])
+    assert counts(store) == before
+
+
+# -- the tail replaced in one transaction ------------------------------------------------
+
+
+def test_a_turn_after_an_earlier_position_replaces_the_tail(ledger: Ledger) -> None:
+    conv = ledger.create_conversation()
+    first = ledger.append_messages(conv.id, turn("q", "a1"))
+    head = first.head
+    with pytest.raises(ConflictError):  # the head moved since `expected` was read
+        ledger.append_messages(
+            conv.id, turn("a2"), after=first.events[0].position, expected=Position(new_id(), 3)
+        )
+    replaced = ledger.append_messages(
+        conv.id, turn("a2"), after=first.events[0].position, expected=head
+    )
+    assert [m.content for m in ledger.history(conv.id)] == ["q", "a2"]
+    assert replaced.events[0].kind == "branch.created"  # an edit branch at position 2
+    assert ledger.history(conv.id, at=head) == turn("q", "a1")
+    # After the tip of the head's branch, the append continues it in place.
+    tip = ledger.append_messages(conv.id, turn("more"), after=replaced.head)
+    assert tip.events[0].kind == "message.recorded"
+    head_flags_agree(ledger, conv.id)
+
+
+# -- state ------------------------------------------------------------------------------
+
+
+def test_state_changes_by_compare_and_set_as_events(store: Store, ledger: Ledger) -> None:
+    conv = ledger.create_conversation()
+    assert conv.state == {}
+    set_once = ledger.set_state(conv.id, {"revision": "r1", "usage": {"in": 3}})
+    assert set_once.state == {"revision": "r1", "usage": {"in": 3}}
+    assert ledger.conversation(conv.id).state == set_once.state
+
+    before = counts(store)
+    with pytest.raises(ConflictError, match="'revision' no longer holds its expected value"):
+        ledger.set_state(conv.id, {"revision": "r2"}, expected_state={"revision": "r0"})
+    with pytest.raises(ConflictError):
+        ledger.append_messages(
+            conv.id, turn("x"), state={"revision": "r2"}, expected_state={"revision": "r0"}
+        )
+    with pytest.raises(ConflictError):
+        ledger.move_head(conv.id, 1, state={"revision": "r2"}, expected_state={"revision": "r0"})
+    assert counts(store) == before
+
+    appended = ledger.append_messages(
+        conv.id, turn("q", "a"), state={"revision": "r2"}, expected_state={"revision": "r1"}
+    )
+    assert [e.kind for e in appended.events][-1] == "state.changed"
+    assert appended.head == ledger.conversation(conv.id).head
+    assert [m.content for m in ledger.history(conv.id)] == ["q", "a"]
+    moved = ledger.move_head(
+        conv.id, 1, state={"revision": "r3"}, expected_state={"revision": "r2", "gone": None}
+    )
+    assert moved.state == {"revision": "r3"} and ledger.history(conv.id) == []
+    changes = [
+        e.payload for e in ledger.events(conversation_id=conv.id) if e.kind == "state.changed"
+    ]
+    assert [c["state"].get("revision") for c in changes] == ["r1", "r2", "r3"]
+    head_flags_agree(ledger, conv.id)
+
+
+def test_state_changes_while_a_run_writes_past_the_head(ledger: Ledger) -> None:
+    conv = ledger.create_conversation()
+    ledger.append_messages(conv.id, turn("q"))
+    cursor = ledger.start_run(conv.id, owner="w")
+    changed = ledger.set_state(conv.id, {"s": 1})
+    assert changed.state == {"s": 1} and [m.content for m in ledger.history(conv.id)] == ["q"]
+    # A first append with create=True to a conversation whose head is not
+    # open opens a branch; it created nothing.
+    again = ledger.append_messages(conv.id, turn("r"), create=True)
+    assert not again.created
+    ledger.fail_run(cursor, stage="model", error="stopped")
+    head_flags_agree(ledger, conv.id)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"state": ["not", "a", "dict"]},
+        {"state": {"when": {1}}},
+        {"expected_state": "r1"},
+        {"expected_state": {"x": float("nan")}},
+        {"after": "2"},
+        {"after": -1},
+    ],
+)
+def test_bad_options_are_refused_before_anything_is_written(
+    store: Store, ledger: Ledger, options: dict[str, Any]
+) -> None:
+    conv = ledger.create_conversation()
+    before = counts(store)
+    with pytest.raises(InvalidInputError):
+        ledger.append_messages(conv.id, turn("a"), **options)
+    assert counts(store) == before
+
+
+async def test_the_async_ledger_has_the_primitives(database_url: str, fast_paths: bool) -> None:
+    async with AsyncStore.open(database_url, fast_paths=fast_paths) as store:
+        ledger = store.tenant(f"async-{uuid.uuid4().hex[:8]}")
+        conv = await ledger.create_conversation(key="session")
+        ids = [new_id(), new_id()]
+        await ledger.append_messages(conv.id, turn("q", "a"), ids=ids, state={"r": 1})
+        assert (await ledger.conversation_by_key("session")).state == {"r": 1}
+        assert [e.event_id for e in await ledger.entries(conv.id)] == ids
+        assert (await ledger.entry(ids[1])).message.content == "a"
+        await ledger.set_state(conv.id, {"r": 2}, expected_state={"r": 1})
+        entries = await ledger.entries(conv.id, last=1)
+        moved = await ledger.move_head(conv.id, entries[0].position, state={"r": 3})
+        assert moved.state == {"r": 3}
