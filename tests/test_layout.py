@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("store", "engine")
+PACKAGES = ("store", "engine", "adapters")
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 
 
@@ -116,6 +116,20 @@ def test_the_store_never_imports_the_engine() -> None:
     assert not {n: t for n, t in reaching.items() if t}
 
 
+def test_adapters_import_the_store_and_nothing_imports_them() -> None:
+    """A framework backend builds on `store`, never `engine`; `store` and `engine` never import one."""
+    graph = import_graph()
+    wrong = sorted(
+        f"{name} -> {target}"
+        for name, targets in graph.items()
+        for target in targets
+        if (name.startswith("adapters") and target.startswith("engine"))
+        or (not name.startswith("adapters") and target.startswith("adapters"))
+    )
+    assert not wrong
+    assert "store" in graph["adapters.pydantic_ai._translate"]
+
+
 def test_the_contract_layer_imports_no_database_layer() -> None:
     """messages, ids, history and the values are the pure layer: no `store._sql`, no SQLAlchemy."""
     pure = ["store.messages", "store.ids", "store.history", "store._repair", "store._values"]
@@ -135,7 +149,7 @@ def test_the_contract_layer_imports_no_database_layer() -> None:
 
 # -- docs/architecture.md -------------------------------------------------------------
 
-_PATH = re.compile(r"\b((?:store|engine|migrations)/[\w/]*\.py)\b")
+_PATH = re.compile(r"\b((?:store|engine|migrations|adapters)/[\w/]*\.py)\b")
 
 
 def named_in_architecture() -> set[str]:
