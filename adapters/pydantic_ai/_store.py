@@ -1,0 +1,257 @@
+"""`LedgerConversationStore`: pydantic-ai's `ConversationStore` over a chatledger ledger.
+
+pydantic-ai keeps a conversation as entries linked by parent ids, a record
+that points at the newest, and a revision that changes on every save. Here:
+
+- a pydantic-ai conversation is a chatledger conversation whose key is its
+  `conversation_id` (`create_conversation(key=...)`); a fork is a chatledger
+  fork, nothing copied;
+- an entry is the group of chatledger messages its `ModelMessage` becomes
+  (`adapters.pydantic_ai._translate`), and its id, minted by pydantic-ai, is
+  the event id of the group's last message (`append_messages(ids=...)`), so
+  `read_entry` finds it by that id alone;
+- the record (usage, deferred tool requests, scope, branches, revision, the
+  head entry) is the conversation's chatledger state, and every write is one
+  chatledger transaction that compare-and-sets its revision
+  (`expected_state`) with the messages it appends: a save appends at the head,
+  or after an earlier entry when the history was rewritten (the old tail stays
+  in the log, on its branch); `branch` is a head move; a save with no new
+  message changes the state alone;
+- `delete_record` hides the conversation (its record becomes null) and keeps
+  its log: chatledger's log is append-only, and erasure is a separate
+  capability.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import pydantic
+from pydantic_ai.conversation_store import (
+    ConversationConflict,
+    ConversationEntry,
+    ConversationRecord,
+    ConversationStore,
+)
+
+from adapters.pydantic_ai._translate import from_messages, group_sizes, group_start, to_messages
+from store import (
+    AsyncLedger,
+    ConflictError,
+    Conversation,
+    Entry,
+    NotFoundError,
+    Position,
+    new_id,
+)
+
+__all__ = ["LedgerConversationStore"]
+
+REVISION = "pydanticAiRevision"
+"""The state field holding the record's revision (null once the record is deleted)."""
+RECORD = "pydanticAiRecord"
+"""The state field holding the record itself, as JSON (null once deleted)."""
+
+_RECORD = pydantic.TypeAdapter(ConversationRecord)
+_PAGE = 200
+
+
+class LedgerConversationStore(ConversationStore):
+    """pydantic-ai's `ConversationStore`, kept in a chatledger tenant's log.
+
+    ```python
+    store = AsyncStore.open("sqlite:///chat.db")
+    conversations = LedgerConversationStore(store.tenant("acme"))
+    conversation = await conversations.load(cid) or Conversation(conversation_id=cid)
+    result = await agent.run("Hello", conversation=conversation)
+    await conversations.save(result)
+    ```
+
+    One writer at a time per conversation through this store: chatledger's
+    own engine appending to the same conversation leaves the record's head
+    entry where the last save put it.
+    """
+
+    def __init__(self, ledger: AsyncLedger) -> None:
+        self.ledger = ledger
+
+    # -- records -----------------------------------------------------------------------
+
+    async def read_record(self, conversation_id: str) -> ConversationRecord | None:
+        conv = await self._conversation(conversation_id)
+        return None if conv is None else _record(conv)
+
+    async def read_records(
+        self, *, scope: str | None = None, limit: int | None = None
+    ) -> Sequence[ConversationRecord]:
+        records: list[ConversationRecord] = []
+        before: str | None = None
+        while True:
+            page = await self.ledger.conversations(limit=_PAGE, before=before)
+            for conv in page:
+                record = _record(conv)
+                if record is not None and (scope is None or record.scope == scope):
+                    records.append(record)
+            if len(page) < _PAGE:
+                break
+            before = page[-1].id
+        records.sort(key=lambda r: r.updated_at, reverse=True)
+        return records if limit is None else records[:limit]
+
+    async def write_record(
+        self,
+        record: ConversationRecord,
+        *,
+        new_entries: Sequence[ConversationEntry] = (),
+        expected_revision: str | None,
+    ) -> None:
+        cid = record.conversation_id
+        conv = await self._conversation(cid)
+        stored = None if conv is None else _record(conv)
+        if (stored.revision if stored is not None else None) != expected_revision:
+            raise ConversationConflict(cid)
+        # The compare-and-set: the revision as read (absent for a new one,
+        # null after a delete), checked in the transaction that writes.
+        expected = {REVISION: None if conv is None else conv.state.get(REVISION)}
+        state = {REVISION: record.revision, RECORD: _RECORD.dump_python(record, mode="json")}
+        try:
+            if conv is None and record.forked_from is not None and not new_entries:
+                await self._fork(record, state)
+                return
+            if conv is None:
+                conv = await self._create(cid)
+            if new_entries:
+                await self._append(conv, stored, new_entries, state, expected)
+            elif record.head_id != (stored.head_id if stored is not None else None):
+                to = await self._after(conv, record.head_id)
+                await self.ledger.move_head(conv.id, to, state=state, expected_state=expected)
+            else:
+                await self.ledger.set_state(conv.id, state, expected_state=expected)
+        except ConflictError as error:
+            raise ConversationConflict(cid) from error
+        except NotFoundError as error:  # the head names an entry the store does not have
+            raise ConversationConflict(cid) from error
+
+    async def delete_record(self, conversation_id: str, *, expected_revision: str) -> None:
+        conv = await self._conversation(conversation_id)
+        stored = None if conv is None else _record(conv)
+        if conv is None or stored is None or stored.revision != expected_revision:
+            raise ConversationConflict(conversation_id)
+        try:
+            await self.ledger.set_state(
+                conv.id,
+                {REVISION: new_id(), RECORD: None},
+                expected_state={REVISION: expected_revision},
+            )
+        except ConflictError as error:
+            raise ConversationConflict(conversation_id) from error
+
+    # -- entries -----------------------------------------------------------------------
+
+    async def read_entry(self, entry_id: str) -> ConversationEntry:
+        history = await self.read_history(entry_id, limit=1)
+        return history[-1]
+
+    async def read_history(
+        self, head_id: str | None, *, limit: int | None = None
+    ) -> list[ConversationEntry]:
+        if head_id is None or limit == 0:
+            return []
+        # A missing entry is a NotFoundError, a LookupError, as pydantic-ai expects.
+        head = await self.ledger.entry(head_id)
+        if limit is None:
+            found = await self.ledger.entries(head.conversation_id, at=head.position)
+            return _entries(found, None)
+        # The last `limit` entries are groups of messages: read a window of
+        # messages (and the one before it, the parent of its first entry),
+        # widening it until it holds `limit` whole groups or the whole history.
+        window = 4 * limit + 8
+        while True:
+            found = await self.ledger.entries(
+                head.conversation_id, at=head.position, last=window + 1
+            )
+            if len(found) <= window:
+                return _entries(found, None)[-limit:]
+            messages = found[1:]
+            drop = group_start([e.message for e in messages])
+            entries = _entries(messages[drop:], messages[drop - 1] if drop else found[0])
+            if len(entries) >= limit:
+                return entries[-limit:]
+            window *= 4
+
+    # -- the writes ----------------------------------------------------------------------
+
+    async def _conversation(self, conversation_id: str) -> Conversation | None:
+        try:
+            return await self.ledger.conversation_by_key(conversation_id)
+        except NotFoundError:
+            return None
+
+    async def _create(self, conversation_id: str) -> Conversation:
+        try:
+            return await self.ledger.create_conversation(key=conversation_id)
+        except ConflictError:
+            # Created by a concurrent first save: the revision check decides.
+            return await self.ledger.conversation_by_key(conversation_id)
+
+    async def _fork(self, record: ConversationRecord, state: dict[str, Any]) -> None:
+        """A fork's first record: a chatledger fork at its head entry, then its state."""
+        if record.head_id is None:
+            conv = await self._create(record.conversation_id)
+        else:
+            # The conversation whose log holds the entry: its position is one of its own.
+            at = await self.ledger.entry(record.head_id)
+            conv = await self.ledger.fork(
+                at.conversation_id, at=at.position, key=record.conversation_id
+            )
+        await self.ledger.set_state(conv.id, state, expected_state={REVISION: None})
+
+    async def _append(
+        self,
+        conv: Conversation,
+        stored: ConversationRecord | None,
+        new_entries: Sequence[ConversationEntry],
+        state: dict[str, Any],
+        expected: dict[str, Any],
+    ) -> None:
+        parent = new_entries[0].parent_id
+        extends = stored is not None and parent == stored.head_id and parent is not None
+        after = None if extends else await self._after(conv, parent)
+        messages, ids = [], []
+        for entry in new_entries:
+            group = to_messages(entry.message)
+            messages += group
+            ids += [new_id() for _ in group[:-1]] + [entry.id]
+        await self.ledger.append_messages(
+            conv.id, messages, ids=ids, after=after, state=state, expected_state=expected
+        )
+
+    async def _after(self, conv: Conversation, entry_id: str | None) -> int | Position:
+        """Where the history that ends at `entry_id` ends in `conv`'s log (None: empty)."""
+        if entry_id is None:
+            return 1  # position 1 of the head's lineage: the first conversation's creation
+        at = await self.ledger.entry(entry_id)
+        if at.conversation_id == conv.id:
+            return at.position
+        # In the source of a fork: on the head's lineage, where the fork shares it.
+        return at.position.position
+
+
+def _record(conv: Conversation) -> ConversationRecord | None:
+    data = conv.state.get(RECORD)
+    return None if data is None else _RECORD.validate_python(data)
+
+
+def _entries(found: Sequence[Entry], before: Entry | None) -> list[ConversationEntry]:
+    """The pydantic-ai entries that the chatledger entries `found` (whole groups) hold."""
+    messages = from_messages([e.message for e in found])
+    entries: list[ConversationEntry] = []
+    parent = None if before is None else before.event_id
+    end = 0
+    for size, message in zip(group_sizes([e.message for e in found]), messages, strict=True):
+        end += size
+        entry = ConversationEntry(id=found[end - 1].event_id, parent_id=parent, message=message)
+        entries.append(entry)
+        parent = entry.id
+    return entries

@@ -1,0 +1,277 @@
+"""`LedgerConversationStore` against pydantic-ai's own `InMemoryConversationStore`.
+
+The same seeded sequence of runs, saves, stale saves, branches, forks,
+limited loads, listings and deletes goes to both stores, offline (pydantic-ai's
+`FunctionModel`), and must give the same observable results: the messages
+each load returns, the entries each save stores, which operations conflict,
+the listings, and the records, with the ids and times either store mints
+replaced by their order of first appearance.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from pydantic_ai import Agent
+from pydantic_ai.conversation import Conversation
+from pydantic_ai.conversation_store import (
+    ConversationConflict,
+    ConversationStore,
+    InMemoryConversationStore,
+)
+from pydantic_ai.exceptions import UserError
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from adapters.pydantic_ai import LedgerConversationStore
+from store import AsyncStore
+
+IDS = ("c1", "c2", "c3")
+
+
+def reply(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    """A model that calls the `lookup` tool on every third prompt, else answers."""
+    last = messages[-1]
+    prompts = sum(
+        1
+        for m in messages
+        if m.kind == "request" and any(p.part_kind == "user-prompt" for p in m.parts)
+    )
+    if any(p.part_kind == "tool-return" for p in last.parts):
+        return ModelResponse(parts=[TextPart(content=f"looked up after {len(messages)} messages")])
+    if prompts % 3 == 0:
+        return ModelResponse(
+            parts=[
+                TextPart(content="let me check"),
+                ToolCallPart(
+                    tool_name="lookup", args={"q": f"p{prompts}"}, tool_call_id=f"call-{prompts}"
+                ),
+            ]
+        )
+    return ModelResponse(parts=[TextPart(content=f"answer {prompts} to {len(messages)} messages")])
+
+
+def agent() -> Agent[None, str]:
+    built = Agent(FunctionModel(reply))
+
+    @built.tool_plain
+    def lookup(q: str) -> str:
+        return f"result for {q}"
+
+    return built
+
+
+class Names:
+    """Ids and times replaced by their order of first appearance, per store."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, str] = {}
+
+    def __call__(self, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: self(v) for k, v in value.items() if k not in ("timestamp", "updated_at")}
+        if isinstance(value, list):
+            return [self(v) for v in value]
+        if isinstance(value, str) and _minted(value):
+            return self.seen.setdefault(value, f"#{len(self.seen)}")
+        return value
+
+
+def _minted(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True
+
+
+def dumped(messages: list[ModelMessage]) -> Any:
+    return json.loads(ModelMessagesTypeAdapter.dump_json(messages))
+
+
+async def play(store: ConversationStore, seed: int, steps: int) -> list[Any]:
+    """What a seeded sequence of operations observes on `store`."""
+    rng = random.Random(seed)
+    names = Names()
+    runner = agent()
+    seen: list[Any] = []
+
+    async def observe(label: str, call: Any) -> Any:
+        try:
+            result = await call
+        except ConversationConflict:
+            seen.append((label, "conflict"))
+            return None
+        except UserError as error:
+            seen.append((label, "user error", type(error).__name__))
+            return None
+        return result
+
+    for step in range(steps):
+        cid = rng.choice(IDS)
+        op = rng.choice(
+            [
+                "run",
+                "run",
+                "run",
+                "stale save",
+                "branch",
+                "branch to left",
+                "fork",
+                "load",
+                "list",
+                "delete",
+                "save unchanged",
+            ]
+        )
+        label = f"{step} {op} {cid}"
+        if op == "run":
+            limit = rng.choice([None, None, 1, 3])
+            scope = rng.choice([None, None, "u1"])
+            conv = await store.load(cid, limit=limit) or Conversation(conversation_id=cid)
+            result = await runner.run(f"prompt {step}", conversation=conv)
+            saved = await observe(label, store.save(result, scope=scope))
+            if saved is not None:
+                seen.append(
+                    (
+                        label,
+                        names([dumped([e.message]) for e in saved]),
+                        names([[e.id, e.parent_id] for e in saved]),
+                    )
+                )
+        elif op == "stale save":
+            # Two writers load the same conversation; the second to save conflicts.
+            first, second = await store.load(cid), await store.load(cid)
+            if first is not None and second is not None:
+                for i, conv in enumerate((first, second)):
+                    result = await runner.run(f"writer {i} at {step}", conversation=conv)
+                    saved = await observe(f"{label} {i}", store.save(result))
+                    seen.append((f"{label} {i}", saved is not None))
+        elif op == "branch":
+            conv = await store.load(cid)
+            if conv is not None:
+                at = rng.randint(0, len(conv.messages))
+                branched = await observe(
+                    label, store.branch(cid, at=at, expected_revision=conv.revision)
+                )
+                if branched is not None:
+                    seen.append((label, names(dumped(branched.messages))))
+        elif op == "branch to left":
+            record = await store.read_record(cid)
+            conv = await store.load(cid)
+            if record is not None and conv is not None and record.branches:
+                tip = rng.choice(record.branches)
+                branched = await observe(
+                    label, store.branch(cid, from_entry=tip, expected_revision=conv.revision)
+                )
+                if branched is not None:
+                    seen.append((label, names(dumped(branched.messages))))
+        elif op == "fork":
+            entries = await store.load_entries(cid)
+            if entries is not None:
+                new = f"fork-{step}"
+                if entries and rng.random() < 0.5:
+                    forked = await observe(
+                        label,
+                        store.fork(cid, from_entry=rng.choice(entries).id, new_conversation_id=new),
+                    )
+                else:
+                    forked = await observe(
+                        label,
+                        store.fork(cid, at=rng.randint(0, len(entries)), new_conversation_id=new),
+                    )
+                if forked is not None:
+                    seen.append((label, names(dumped(forked.messages))))
+        elif op == "load":
+            limit = rng.choice([None, 0, 1, 2, 5])
+            conv = await store.load(cid, limit=limit)
+            entries = await store.load_entries(cid, limit=limit)
+            seen.append(
+                (
+                    label,
+                    None if conv is None else names(dumped(conv.messages)),
+                    None if entries is None else names([[e.id, e.parent_id] for e in entries]),
+                )
+            )
+        elif op == "list":
+            listed = await store.list_conversations(
+                scope=rng.choice([None, "u1"]), limit=rng.choice([None, 1, 2])
+            )
+            seen.append((label, [r.conversation_id for r in listed]))
+        elif op == "delete":
+            await store.delete(cid)
+            seen.append((label, await store.load(cid)))
+        elif op == "save unchanged":
+            conv = await store.load(cid)
+            if conv is not None:
+                await observe(label, store.save(conv))
+    for cid in sorted({*IDS, *(f"fork-{s}" for s in range(steps))}):
+        record = await store.read_record(cid)
+        if record is not None:
+            seen.append(
+                (
+                    cid,
+                    names(
+                        [
+                            record.head_id,
+                            record.forked_from,
+                            record.forked_at,
+                            record.branches,
+                            record.scope,
+                        ]
+                    ),
+                    record.usage.requests,
+                )
+            )
+    return seen
+
+
+@pytest.fixture
+async def ledger_store(database_url: str) -> AsyncIterator[LedgerConversationStore]:
+    async with AsyncStore.open(database_url) as store:
+        yield LedgerConversationStore(store.tenant(f"pydantic-ai-{uuid.uuid4().hex[:8]}"))
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+async def test_the_ledger_store_answers_as_pydantic_ais_own(
+    ledger_store: LedgerConversationStore, seed: int
+) -> None:
+    expected = await play(InMemoryConversationStore(), seed, steps=40)
+    assert await play(ledger_store, seed, steps=40) == expected
+
+
+async def long_talk(store: ConversationStore, turns: int) -> list[Any]:
+    """A conversation of many turns, then every window of it."""
+    runner, names = agent(), Names()
+    for turn in range(turns):
+        conv = await store.load("long") or Conversation(conversation_id="long")
+        await store.save(await runner.run(f"turn {turn}", conversation=conv))
+    seen: list[Any] = []
+    for limit in range(0, 12):
+        conv = await store.load("long", limit=limit)
+        entries = await store.load_entries("long", limit=limit)
+        assert conv is not None and entries is not None
+        seen.append(
+            (limit, names(dumped(conv.messages)), names([[e.id, e.parent_id] for e in entries]))
+        )
+    return seen
+
+
+async def test_windows_of_a_long_conversation_are_pydantic_ais(
+    ledger_store: LedgerConversationStore,
+) -> None:
+    # Twenty turns, a third of them with a tool call: windows far shorter than
+    # the history, starting inside and between groups of messages.
+    expected = await long_talk(InMemoryConversationStore(), 20)
+    assert await long_talk(ledger_store, 20) == expected
