@@ -31,7 +31,7 @@ from store._sql.dialect import (
     is_sqlite,
     sync_driver_url,
 )
-from store._sql.ops import Op, in_transaction, run_fast
+from store._sql.ops import Op, general, in_transaction, run_fast
 from store._sql.translate import translating
 from store._sql.verify import Recompute, Verification
 from store._values import (
@@ -221,6 +221,13 @@ class AsyncStore:
             tried, done = ran
             if done is not None:
                 return done
+        if self._sync_engine is not None:
+            # The rest of the tiers in the same thread hop, on the store's own
+            # sync engine: one hop per operation, not one per statement.
+            with translating(op.action):
+                return await asyncio.to_thread(
+                    general, self._sync_engine, op, fast=fast, tried=tried
+                )
         with translating(op.action):
             async with self.engine.connect() as conn:
                 if fast and op.postgres is not None and not tried and not self._sqlite:

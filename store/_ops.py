@@ -119,10 +119,13 @@ class Operations:
 
     def conversation_by_key(self, key: str) -> Op[Conversation]:
         _log.check_key(key)
+        tenant = self.tenant
         return Op(
             "reading a conversation by its key",
             write=False,
-            fn=lambda c: _log.get_conversation_by_key(c, self.tenant, key),
+            postgres=lambda cursor: _log.conversation_by_key_postgres(cursor, tenant, key),
+            sqlite=lambda cursor: _log.conversation_by_key_sqlite(cursor, tenant, key),
+            fn=lambda c: _log.get_conversation_by_key(c, tenant, key),
         )
 
     def entries(
@@ -210,17 +213,13 @@ class Operations:
             _check_position(after, "after")
         state_text = None if state is None else _entries.encode_state(state)
         _check_expected_state(expected_state)
+        if state is not None and encoded:  # the state's change is the append's last event
+            encoded.append(_entries.state_changed(state))
         tenant = self.tenant
-        # The fast forms do the chat loop's append; the framework options go
-        # through the general path.
+        # The fast forms append at the head; a turn after another position,
+        # or an expected head named by branch, goes through the general path.
         at_position = None if isinstance(expected, Position) else expected
-        plain = (
-            minted is None
-            and after is None
-            and state is None
-            and expected_state is None
-            and not isinstance(expected, Position)
-        )
+        plain = after is None and not isinstance(expected, Position)
 
         def in_place(
             append: _append.Append, create_append: _append.CreateAppend
@@ -233,7 +232,8 @@ class Operations:
                 # The create-append form goes first: with `create`, the
                 # conversation is likely new. Unless `expected` refuses a new
                 # one (its head is at 1): the general path then says so.
-                if root is not None and expected in (None, 1):
+                fresh = minted is None and state is None and expected_state is None
+                if root is not None and expected in (None, 1) and fresh:
                     done = create_append(
                         handle,
                         tenant,
@@ -252,6 +252,9 @@ class Operations:
                         expected=at_position,
                         run_id=run_id,
                         idempotency_key=idempotency_key,
+                        named=minted,
+                        state=state_text,
+                        expected_state=expected_state,
                     )
                 return _append.appended_in_place(
                     conversation_id, done, encoded, run_id, idempotency_key

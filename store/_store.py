@@ -18,14 +18,13 @@ from store._audit import Audit
 from store._cache import MessageCache
 from store._ops import Operations, StoreOperations, completed
 from store._sql.dialect import (
-    WRITE,
     DriverConnections,
     Durability,
     create_engine,
     install_sqlite_hooks,
     is_sqlite,
 )
-from store._sql.ops import Op, in_transaction, run_fast
+from store._sql.ops import Op, general
 from store._sql.translate import translating
 from store._sql.verify import Recompute, Verification
 from store._values import (
@@ -192,15 +191,8 @@ class Store:
                 tried, done = self._driver.run(op.write, direct)
             if done is not None:
                 return done
-        with translating(op.action), self.engine.connect() as conn:
-            if fast and op.postgres is not None and not tried and not self._sqlite:
-                done = run_fast(conn, op.postgres)
-                if done is not None:
-                    return done
-            if op.write:
-                conn.execution_options(**{WRITE: True})
-            with conn.begin():
-                return in_transaction(conn, op, fast=fast and not tried)
+        with translating(op.action):
+            return general(self.engine, op, fast=fast, tried=tried)
 
 
 class Ledger:

@@ -65,7 +65,8 @@ def test_a_conversation_is_found_by_its_key(ledger: Ledger) -> None:
     assert ledger.conversation(conv.id).key == "thread: 42 / é"
     assert ledger.create_conversation().key is None
     fork = ledger.fork(conv.id, key="thread: 43")
-    assert ledger.conversation_by_key("thread: 43").id == fork.id
+    assert ledger.conversation_by_key("thread: 43") == fork == ledger.conversation(fork.id)
+    assert fork.forked_from is not None
 
 
 def test_a_key_is_unique_in_its_tenant_only(store: Store, ledger: Ledger) -> None:

@@ -75,11 +75,16 @@ class LedgerConversationStore(ConversationStore):
 
     def __init__(self, ledger: AsyncLedger) -> None:
         self.ledger = ledger
+        # The conversation `read_record` read last: `save` reads the record,
+        # then writes it, and the write need not read it again. Its revision
+        # is checked again in the write's own transaction.
+        self._last_read: Conversation | None = None
 
     # -- records -----------------------------------------------------------------------
 
     async def read_record(self, conversation_id: str) -> ConversationRecord | None:
         conv = await self._conversation(conversation_id)
+        self._last_read = conv
         return None if conv is None else _record(conv)
 
     async def read_records(
@@ -107,7 +112,9 @@ class LedgerConversationStore(ConversationStore):
         expected_revision: str | None,
     ) -> None:
         cid = record.conversation_id
-        conv = await self._conversation(cid)
+        conv, self._last_read = self._last_read, None
+        if conv is None or conv.key != cid or conv.state.get(REVISION) != expected_revision:
+            conv = await self._conversation(cid)
         stored = None if conv is None else _record(conv)
         if (stored.revision if stored is not None else None) != expected_revision:
             raise ConversationConflict(cid)

@@ -25,6 +25,7 @@ conformance suite runs twice: as shipped, and with the fast paths off
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -70,14 +71,16 @@ __all__ = [
     "check_expected",
     "create_append_postgres",
     "create_append_sqlite",
+    "event_ids",
     "key_conflict",
     "keyed_event",
     "same_content",
+    "state_holds",
 ]
 
 _APPEND = """
 WITH RECURSIVE c AS (
-    SELECT id, head_branch_id, head_position, head_open, head_hash
+    SELECT id, head_branch_id, head_position, head_open, head_hash, state
     FROM chatledger_conversations
     WHERE id = %(cid)s AND tenant = %(tenant)s
     FOR UPDATE
@@ -88,6 +91,12 @@ WITH RECURSIVE c AS (
       AND (%(key)s::text IS NULL OR NOT EXISTS (
           SELECT 1 FROM chatledger_events k
           WHERE k.conversation_id = %(cid)s AND k.idempotency_key = %(key)s::text))
+      -- The state's compare-and-set: each expected field holds its value (null: absent).
+      AND (%(expected_state)s::jsonb IS NULL OR NOT EXISTS (
+          SELECT 1 FROM jsonb_each(%(expected_state)s::jsonb) e
+          WHERE coalesce(c.state::jsonb -> e.key, 'null'::jsonb) <> e.value))
+      AND (%(named)s::uuid[] IS NULL OR NOT EXISTS (
+          SELECT 1 FROM chatledger_event_ids x WHERE x.id = ANY(%(named)s::uuid[])))
 ), new AS (
     -- The payloads in binary: in text, psycopg would escape each of their quotes.
     SELECT * FROM unnest(%(ids)s::uuid[], %(kinds)s::text[], %(origins)s::text[],
@@ -105,14 +114,18 @@ WITH RECURSIVE c AS (
            CASE WHEN new.ord = 1 THEN %(key)s::text END, new.payload, chain.hash
     FROM ok CROSS JOIN new JOIN chain ON chain.ord = new.ord
     ORDER BY new.ord
-    RETURNING seq, position, kind, recorded_at, hash
+    RETURNING id, seq, position, kind, recorded_at, hash
 ), view AS (
     INSERT INTO chatledger_view_entries (conversation_id, position, event_seq)
     SELECT %(cid)s, position, seq FROM ins WHERE kind = 'message.recorded'
+), named AS (
+    INSERT INTO chatledger_event_ids (id, conversation_id, event_seq)
+    SELECT id, %(cid)s, seq FROM ins WHERE id = ANY(%(named)s::uuid[])
 ), moved AS (
     UPDATE chatledger_conversations AS t
     SET head_position = ok.head_position + %(count)s, head_open = true,
-        head_hash = (SELECT hash FROM chain WHERE ord = %(count)s)
+        head_hash = (SELECT hash FROM chain WHERE ord = %(count)s),
+        state = coalesce(%(state)s::text, t.state)
     FROM ok WHERE t.id = ok.id
 )
 SELECT c.head_branch_id, c.head_position, ins.seq, ins.position, ins.recorded_at, ins.kind,
@@ -148,8 +161,14 @@ class InPlace:
 
 
 _SQLITE_HEAD = (
-    "SELECT head_branch_id, head_position, head_open, head_hash FROM chatledger_conversations "
-    "WHERE id = ? AND tenant = ?"
+    "SELECT head_branch_id, head_position, head_open, head_hash, state "
+    "FROM chatledger_conversations WHERE id = ? AND tenant = ?"
+)
+_SQLITE_NAMED = "INSERT INTO chatledger_event_ids (id, conversation_id, event_seq) VALUES {values}"
+_SQLITE_NAMED_TAKEN = "SELECT 1 FROM chatledger_event_ids WHERE id IN ({ids}) LIMIT 1"
+_SQLITE_MOVE_STATE = (
+    "UPDATE chatledger_conversations SET head_position = ?, head_open = 1, head_hash = ?, "
+    "state = ? WHERE id = ?"
 )
 _SQLITE_KEY = "SELECT 1 FROM chatledger_events WHERE conversation_id = ? AND idempotency_key = ?"
 _SQLITE_INSERT = (
@@ -175,14 +194,18 @@ def append_postgres(
     expected: int | None,
     run_id: str | None,
     idempotency_key: str | None,
+    named: Sequence[str] | None = None,
+    state: str | None = None,
+    expected_state: Mapping[str, Any] | None = None,
 ) -> InPlace | None:
     """Append in place as one statement on an autocommit DB-API cursor, or
     return None having written nothing.
 
     Raises nothing for a missing conversation: the general path that follows
-    reports it.
+    reports it. `named`, `state` and `expected_state` are those of the general
+    path (`ids`, `state`, `expected_state`).
     """
-    ids = [new_id() for _ in encoded]
+    ids = event_ids(named, len(encoded))
     cursor.execute(
         _APPEND,
         {
@@ -190,6 +213,9 @@ def append_postgres(
             "tenant": tenant,
             "expected": expected,
             "key": idempotency_key,
+            "expected_state": None if expected_state is None else json.dumps(dict(expected_state)),
+            "named": None if named is None else list(named),
+            "state": state,
             "ids": ids,
             "kinds": [item.kind for item, _ in encoded],
             "origins": [item.origin for item, _ in encoded],
@@ -222,7 +248,24 @@ class Append(Protocol):
         expected: int | None,
         run_id: str | None,
         idempotency_key: str | None,
+        named: Sequence[str] | None = None,
+        state: str | None = None,
+        expected_state: Mapping[str, Any] | None = None,
     ) -> InPlace | None: ...
+
+
+def event_ids(named: Sequence[str] | None, count: int) -> list[str]:
+    """The ids of `count` new events: the caller's for the first ones, then minted."""
+    given = list(named or ())
+    return given + [new_id() for _ in range(count - len(given))]
+
+
+def state_holds(state_text: str, expected: Mapping[str, Any] | None) -> bool:
+    """Whether each field of `expected` holds its value in the stored state (null: absent)."""
+    if expected is None:
+        return True
+    state = json.loads(state_text)
+    return all(state.get(k) == v for k, v in expected.items())
 
 
 class CreateAppend(Protocol):
@@ -255,11 +298,15 @@ def append_sqlite(
     expected: int | None,
     run_id: str | None,
     idempotency_key: str | None,
+    named: Sequence[str] | None = None,
+    state: str | None = None,
+    expected_state: Mapping[str, Any] | None = None,
 ) -> InPlace | None:
     """Append in place through a DB-API cursor inside the caller's `BEGIN IMMEDIATE`.
 
     The writer lock is held, so read-then-write is safe. Returns None having
-    written nothing when the common case does not apply.
+    written nothing when the common case does not apply. `named`, `state` and
+    `expected_state` are as for `append_postgres`.
     """
     cursor.execute(_SQLITE_HEAD, (conversation_id, tenant))
     head = cursor.fetchone()
@@ -268,13 +315,19 @@ def append_sqlite(
     branch_id, start, previous = head[0], head[1], bytes(head[3])
     if expected is not None and start != expected:
         return None
+    if not state_holds(head[4], expected_state):
+        return None
     key = idempotency_key
     if key is not None:
         cursor.execute(_SQLITE_KEY, (conversation_id, key))
         if cursor.fetchone() is not None:
             return None
+    if named:
+        cursor.execute(_SQLITE_NAMED_TAKEN.format(ids=", ".join("?" * len(named))), list(named))
+        if cursor.fetchone() is not None:
+            return None
     last = len(encoded)
-    ids = [new_id() for _ in encoded]
+    ids = event_ids(named, last)
     # The embedded database's clock is this host's: read once, the events of
     # one append share the moment they were recorded.
     now = sqlite_clock()
@@ -312,7 +365,13 @@ def append_sqlite(
     ]
     if views:
         cursor.execute(_sqlite_values(_SQLITE_VIEW, "(?, ?, ?)", len(views) // 3), views)
-    cursor.execute(_SQLITE_MOVE, (start + last, previous, conversation_id))
+    if named:
+        rows = [v for i in range(len(named)) for v in (ids[i], conversation_id, written[i][0])]
+        cursor.execute(_sqlite_values(_SQLITE_NAMED, "(?, ?, ?)", len(named)), rows)
+    if state is None:
+        cursor.execute(_SQLITE_MOVE, (start + last, previous, conversation_id))
+    else:
+        cursor.execute(_SQLITE_MOVE_STATE, (start + last, previous, state, conversation_id))
     return InPlace(branch_id=branch_id, ids=ids, written=written)
 
 
@@ -626,9 +685,10 @@ def append_messages(
     the tenant does not have is created first, in the same transaction, with
     `metadata`. With `after`, the turn goes after that position instead,
     replacing what followed it in the head's history (which stays in the log,
-    on its branch). `ids` are the messages' event ids, minted by the caller.
-    `state` (stored text) records a `state.changed` event after the turn,
-    which the head then points at; `expected_state` is checked first.
+    on its branch). `ids` are the event ids of the first `len(ids)` events
+    (the messages), minted by the caller. `state` (stored text) is the
+    conversation's new state, whose `state.changed` event ends `encoded`;
+    `expected_state` is checked first.
     """
     if not encoded:
         raise InvalidInputError("append_messages needs at least one message.")
@@ -660,18 +720,17 @@ def append_messages(
         encoded,
         run_id=run_id,
         idempotency_key=idempotency_key,
-        head=state is None,
-        ids=ids,
+        head=True,
+        ids=None if ids is None else [*ids, *(new_id() for _ in encoded[len(ids) :])],
     )
     written += inserted
     if ids is not None:
-        _entries.record_ids(conn, conv.id, inserted)
+        _entries.record_ids(conn, conv.id, inserted[: len(ids)])
     new_head = Position(branch_id, written[-1].position)
     messages = [e for e in written if e.kind == "message.recorded"]
     set_head(conn, conv, new_head, messages, written[-1].hash)
     if state is not None:
-        written.append(_entries.record_state(conn, conv, new_head, state))
-        new_head = Position(branch_id, written[-1].position)
+        _entries.store_state(conn, conv.id, state)
     return Appended(conv.id, written, new_head, created=created is not None)
 
 

@@ -50,6 +50,8 @@ __all__ = [
     "record_ids",
     "record_state",
     "set_state",
+    "state_changed",
+    "store_state",
 ]
 
 MESSAGE = "message.recorded"
@@ -203,22 +205,32 @@ def check_state(conv: Conversation, expected: Mapping[str, Any] | None) -> None:
 def record_state(conn: Connection, conv: Conversation, at: Position, state_text: str) -> Event:
     """A `state.changed` event right after `at` (the head, a tip of its branch, its
     view current), which becomes the head; and the conversation row's state."""
-    payload = {"state": json.loads(state_text)}
     (changed,) = insert_events(
         conn,
         conv.id,
         at.branch_id,
         at.position + 1,
-        [(NewEvent("state.changed", payload, origin="client"), canonical_json(payload))],
+        [state_changed(json.loads(state_text))],
         head=True,
     )
     set_head(
         conn, replace(conv, head=at), Position(at.branch_id, changed.position), [], changed.hash
     )
-    conn.execute(
-        conversations.update().where(conversations.c.id == conv.id).values(state=state_text)
-    )
+    store_state(conn, conv.id, state_text)
     return changed
+
+
+def state_changed(state: Mapping[str, Any]) -> tuple[NewEvent, str]:
+    """The `state.changed` event of a new state, encoded."""
+    payload = {"state": dict(state)}
+    return NewEvent("state.changed", payload, origin="client"), canonical_json(payload)
+
+
+def store_state(conn: Connection, conversation_id: str, state_text: str) -> None:
+    """The conversation row's current state (its `state.changed` event written)."""
+    conn.execute(
+        conversations.update().where(conversations.c.id == conversation_id).values(state=state_text)
+    )
 
 
 def set_state(

@@ -11,7 +11,7 @@ Business rules that need no database (repair, identity) live in
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, get_args
 
@@ -47,6 +47,9 @@ __all__ = [
     "SQLITE_NEW_CONVERSATION",
     "branch_tip",
     "check_key",
+    "conversation_by_key_postgres",
+    "conversation_by_key_sqlite",
+    "conversation_of",
     "create_branch",
     "create_conversation",
     "create_conversation_event",
@@ -130,7 +133,11 @@ def encode_events(new_events: Sequence[NewEvent]) -> list[tuple[NewEvent, str]]:
 
 
 def _conversation(row: Row[Any]) -> Conversation:
-    m = row._mapping
+    return conversation_of(row._mapping)
+
+
+def conversation_of(m: Mapping[Any, Any]) -> Conversation:
+    """A conversation row's values (by column name) as a `Conversation`."""
     forked = None
     if m["forked_from_conversation_id"] is not None:
         forked = ForkPoint(
@@ -517,6 +524,45 @@ def _key_taken(conn: Connection, tenant: str, key: str) -> bool:
         )
     ).first()
     return found is not None
+
+
+_BY_KEY = "SELECT {columns} FROM chatledger_conversations WHERE tenant = {tenant} AND key = {key}"
+_UUIDS = {"id", "head_branch_id", "forked_from_conversation_id", "forked_from_branch_id"}
+_PG_BY_KEY = _BY_KEY.format(
+    # The ids as text, as SQLAlchemy's `Id` type hands them back.
+    columns=", ".join(
+        f"{c.name}::text AS {c.name}" if c.name in _UUIDS else c.name for c in conversations.columns
+    ),
+    tenant="%(tenant)s",
+    key="%(key)s",
+)
+_SQLITE_BY_KEY = _BY_KEY.format(
+    columns=", ".join(c.name for c in conversations.columns), tenant="?", key="?"
+)
+
+
+def conversation_by_key_postgres(cursor: Any, tenant: str, key: str) -> Conversation | None:
+    """`get_conversation_by_key` as one query on an autocommit DB-API cursor; None
+    when there is no such conversation (the general path then says so)."""
+    cursor.execute(_PG_BY_KEY, {"tenant": tenant, "key": key})
+    return _conversation_from_cursor(cursor, parse_time=False)
+
+
+def conversation_by_key_sqlite(cursor: Any, tenant: str, key: str) -> Conversation | None:
+    """`conversation_by_key_postgres` through a SQLite DB-API cursor."""
+    cursor.execute(_SQLITE_BY_KEY, (tenant, key))
+    return _conversation_from_cursor(cursor, parse_time=True)
+
+
+def _conversation_from_cursor(cursor: Any, *, parse_time: bool) -> Conversation | None:
+    row = cursor.fetchone()
+    if row is None:
+        return None
+    m = dict(zip([d[0] for d in cursor.description], row, strict=True))
+    m["head_hash"] = bytes(m["head_hash"])
+    if parse_time:  # SQLite holds the text `sqlite_time` writes
+        m["created_at"] = datetime.fromisoformat(m["created_at"])
+    return conversation_of(m)
 
 
 def get_conversation_by_key(conn: Connection, tenant: str, key: str) -> Conversation:

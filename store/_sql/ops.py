@@ -16,11 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Engine
 
-from store._sql.dialect import is_sqlite, on_cursor
+from store._sql.dialect import WRITE, is_sqlite, on_cursor
 
-__all__ = ["AsyncExecutor", "Executor", "Op", "in_transaction", "run_fast"]
+__all__ = ["AsyncExecutor", "Executor", "Op", "general", "in_transaction", "run_fast"]
 
 T = TypeVar("T")
 
@@ -81,3 +81,18 @@ def in_transaction(conn: Connection, op: Op[T], *, fast: bool = True) -> T:
         if done is not None:
             return done
     return op.fn(conn)
+
+
+def general(engine: Engine, op: Op[T], /, *, fast: bool, tried: bool) -> T:
+    """`op` on a pooled connection of `engine`: its Postgres form in autocommit unless
+    its plain-SQL form was `tried` already, then its own transaction (`BEGIN
+    IMMEDIATE` for a write on SQLite) with the SQLite form first unless tried."""
+    with engine.connect() as conn:
+        if fast and op.postgres is not None and not tried and not is_sqlite(conn):
+            done = run_fast(conn, op.postgres)
+            if done is not None:
+                return done
+        if op.write:
+            conn.execution_options(**{WRITE: True})
+        with conn.begin():
+            return in_transaction(conn, op, fast=fast and not tried)
