@@ -135,6 +135,7 @@ async def test_the_async_chat_loop_runs_on_driver_connections_of_the_stores_own(
     assert fast_loop == []
     # The general path takes a pooled connection of the store's own sync
     # engine, one per call, in its worker thread.
+    assert all(isinstance(c, SYNC_DRIVERS) for c in general_taken)
     assert all(isinstance(c, SYNC_DRIVERS) for c in general_loop)
     assert len(general_loop) == 8
 
