@@ -213,8 +213,8 @@ class Operations:
             _check_position(after, "after")
         state_text = None if state is None else _entries.encode_state(state)
         _check_expected_state(expected_state)
-        if state is not None and encoded:  # the state's change is the append's last event
-            encoded.append(_entries.state_changed(state))
+        if state is not None and state_text is not None and encoded:  # the last event: the state
+            encoded.append(_entries.state_changed(state, state_text))
         tenant = self.tenant
         # The fast forms append at the head; a turn after another position,
         # or an expected head named by branch, goes through the general path.

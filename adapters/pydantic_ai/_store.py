@@ -24,16 +24,21 @@ that points at the newest, and a revision that changes on every save. Here:
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 import pydantic
+from pydantic_ai.conversation import Conversation as PydanticConversation
 from pydantic_ai.conversation_store import (
     ConversationConflict,
     ConversationEntry,
     ConversationRecord,
     ConversationStore,
 )
+from pydantic_ai.run import AgentRunResult
 
 from adapters.pydantic_ai._translate import from_messages, group_sizes, group_start, to_messages
 from store import (
@@ -55,6 +60,23 @@ RECORD = "pydanticAiRecord"
 
 _RECORD = pydantic.TypeAdapter(ConversationRecord)
 _PAGE = 200
+_SEEN = 1024
+"""How many conversations' last seen records a store keeps (see `save`)."""
+
+_SAVING: ContextVar[tuple[str, str | None] | None] = ContextVar("_SAVING", default=None)
+"""The conversation a `save` in this task saves, and the revision it saves from."""
+
+
+@dataclass(frozen=True)
+class _Seen:
+    """A conversation as this store last read or wrote it."""
+
+    ledger_id: str | None
+    """The chatledger conversation (None: there is none)."""
+    revision: Any
+    """The state's revision field as stored: what the next write compares and sets."""
+    record: ConversationRecord | None
+    """The record (None: never saved, or deleted)."""
 
 
 class LedgerConversationStore(ConversationStore):
@@ -75,17 +97,44 @@ class LedgerConversationStore(ConversationStore):
 
     def __init__(self, ledger: AsyncLedger) -> None:
         self.ledger = ledger
-        # The conversation `read_record` read last: `save` reads the record,
-        # then writes it, and the write need not read it again. Its revision
-        # is checked again in the write's own transaction.
-        self._last_read: Conversation | None = None
+        self._seen: OrderedDict[str, _Seen] = OrderedDict()
+
+    async def save(
+        self,
+        conversation: PydanticConversation | AgentRunResult[Any],
+        *,
+        scope: str | None = None,
+    ) -> list[ConversationEntry]:
+        """pydantic-ai's `save`, one database round trip for a conversation this store
+        last read or wrote at the revision it is saved from.
+
+        The base class reads the record to compare revisions, then writes. A
+        record at a revision is the same record wherever it is read (every
+        write mints a new revision), so the one this store last saw at that
+        revision stands in for the read; if the stored revision has moved on
+        since, the write's own compare-and-set fails, as the read would have.
+        """
+        target = (
+            conversation.conversation if isinstance(conversation, AgentRunResult) else conversation
+        )
+        token = _SAVING.set((target.conversation_id, target.revision))
+        try:
+            return await super().save(conversation, scope=scope)
+        finally:
+            _SAVING.reset(token)
 
     # -- records -----------------------------------------------------------------------
 
     async def read_record(self, conversation_id: str) -> ConversationRecord | None:
-        conv = await self._conversation(conversation_id)
-        self._last_read = conv
-        return None if conv is None else _record(conv)
+        seen = self._seen.get(conversation_id)
+        saving = _SAVING.get()
+        if (
+            seen is not None
+            and seen.record is not None
+            and saving == (conversation_id, seen.record.revision)
+        ):
+            return seen.record
+        return self._remember(conversation_id, await self._conversation(conversation_id)).record
 
     async def read_records(
         self, *, scope: str | None = None, limit: int | None = None
@@ -112,35 +161,41 @@ class LedgerConversationStore(ConversationStore):
         expected_revision: str | None,
     ) -> None:
         cid = record.conversation_id
-        conv, self._last_read = self._last_read, None
-        if conv is None or conv.key != cid or conv.state.get(REVISION) != expected_revision:
-            conv = await self._conversation(cid)
-        stored = None if conv is None else _record(conv)
+        seen = self._seen.get(cid)
+        if seen is None or (seen.record.revision if seen.record else None) != expected_revision:
+            seen = self._remember(cid, await self._conversation(cid))
+        stored = seen.record
         if (stored.revision if stored is not None else None) != expected_revision:
             raise ConversationConflict(cid)
-        # The compare-and-set: the revision as read (absent for a new one,
-        # null after a delete), checked in the transaction that writes.
-        expected = {REVISION: None if conv is None else conv.state.get(REVISION)}
-        state = {REVISION: record.revision, RECORD: _RECORD.dump_python(record, mode="json")}
+        # The compare-and-set: the revision field as read (absent for a new
+        # conversation, set but with no record after a delete), checked in
+        # the transaction that writes.
+        expected = {REVISION: seen.revision}
+        state = {
+            REVISION: record.revision,
+            RECORD: _RECORD.dump_python(record, mode="json", exclude_defaults=True),
+        }
+        self._seen.pop(cid, None)  # known again only once the write succeeds
         try:
-            if conv is None and record.forked_from is not None and not new_entries:
-                await self._fork(record, state)
-                return
-            if conv is None:
-                conv = await self._create(cid)
-            if new_entries:
-                await self._append(conv, stored, new_entries, state, expected)
-            elif record.head_id != (stored.head_id if stored is not None else None):
-                to = await self._after(conv, record.head_id)
-                await self.ledger.move_head(conv.id, to, state=state, expected_state=expected)
+            if seen.ledger_id is None and record.forked_from is not None and not new_entries:
+                ledger_id = await self._fork(record, state)
             else:
-                await self.ledger.set_state(conv.id, state, expected_state=expected)
+                ledger_id = seen.ledger_id or (await self._create(cid)).id
+                if new_entries:
+                    await self._append(ledger_id, stored, new_entries, state, expected)
+                elif record.head_id != (stored.head_id if stored is not None else None):
+                    to = await self._after(ledger_id, record.head_id)
+                    await self.ledger.move_head(ledger_id, to, state=state, expected_state=expected)
+                else:
+                    await self.ledger.set_state(ledger_id, state, expected_state=expected)
         except ConflictError as error:
             raise ConversationConflict(cid) from error
         except NotFoundError as error:  # the head names an entry the store does not have
             raise ConversationConflict(cid) from error
+        self._keep(cid, _Seen(ledger_id, record.revision, record))
 
     async def delete_record(self, conversation_id: str, *, expected_revision: str) -> None:
+        self._seen.pop(conversation_id, None)
         conv = await self._conversation(conversation_id)
         stored = None if conv is None else _record(conv)
         if conv is None or stored is None or stored.revision != expected_revision:
@@ -189,6 +244,21 @@ class LedgerConversationStore(ConversationStore):
 
     # -- the writes ----------------------------------------------------------------------
 
+    def _remember(self, conversation_id: str, conv: Conversation | None) -> _Seen:
+        seen = (
+            _Seen(None, None, None)
+            if conv is None
+            else _Seen(conv.id, conv.state.get(REVISION), _record(conv))
+        )
+        self._keep(conversation_id, seen)
+        return seen
+
+    def _keep(self, conversation_id: str, seen: _Seen) -> None:
+        self._seen[conversation_id] = seen
+        self._seen.move_to_end(conversation_id)
+        while len(self._seen) > _SEEN:
+            self._seen.popitem(last=False)
+
     async def _conversation(self, conversation_id: str) -> Conversation | None:
         try:
             return await self.ledger.conversation_by_key(conversation_id)
@@ -202,7 +272,7 @@ class LedgerConversationStore(ConversationStore):
             # Created by a concurrent first save: the revision check decides.
             return await self.ledger.conversation_by_key(conversation_id)
 
-    async def _fork(self, record: ConversationRecord, state: dict[str, Any]) -> None:
+    async def _fork(self, record: ConversationRecord, state: dict[str, Any]) -> str:
         """A fork's first record: a chatledger fork at its head entry, then its state."""
         if record.head_id is None:
             conv = await self._create(record.conversation_id)
@@ -213,10 +283,11 @@ class LedgerConversationStore(ConversationStore):
                 at.conversation_id, at=at.position, key=record.conversation_id
             )
         await self.ledger.set_state(conv.id, state, expected_state={REVISION: None})
+        return conv.id
 
     async def _append(
         self,
-        conv: Conversation,
+        ledger_id: str,
         stored: ConversationRecord | None,
         new_entries: Sequence[ConversationEntry],
         state: dict[str, Any],
@@ -224,22 +295,23 @@ class LedgerConversationStore(ConversationStore):
     ) -> None:
         parent = new_entries[0].parent_id
         extends = stored is not None and parent == stored.head_id and parent is not None
-        after = None if extends else await self._after(conv, parent)
+        after = None if extends else await self._after(ledger_id, parent)
         messages, ids = [], []
         for entry in new_entries:
             group = to_messages(entry.message)
             messages += group
             ids += [new_id() for _ in group[:-1]] + [entry.id]
         await self.ledger.append_messages(
-            conv.id, messages, ids=ids, after=after, state=state, expected_state=expected
+            ledger_id, messages, ids=ids, after=after, state=state, expected_state=expected
         )
 
-    async def _after(self, conv: Conversation, entry_id: str | None) -> int | Position:
-        """Where the history that ends at `entry_id` ends in `conv`'s log (None: empty)."""
+    async def _after(self, ledger_id: str, entry_id: str | None) -> int | Position:
+        """Where the history that ends at `entry_id` (None: empty) ends in the log of
+        the chatledger conversation `ledger_id`."""
         if entry_id is None:
             return 1  # position 1 of the head's lineage: the first conversation's creation
         at = await self.ledger.entry(entry_id)
-        if at.conversation_id == conv.id:
+        if at.conversation_id == ledger_id:
             return at.position
         # In the source of a fork: on the head's lineage, where the fork shares it.
         return at.position.position

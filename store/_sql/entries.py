@@ -210,7 +210,7 @@ def record_state(conn: Connection, conv: Conversation, at: Position, state_text:
         conv.id,
         at.branch_id,
         at.position + 1,
-        [state_changed(json.loads(state_text))],
+        [state_changed(json.loads(state_text), state_text)],
         head=True,
     )
     set_head(
@@ -220,10 +220,11 @@ def record_state(conn: Connection, conv: Conversation, at: Position, state_text:
     return changed
 
 
-def state_changed(state: Mapping[str, Any]) -> tuple[NewEvent, str]:
-    """The `state.changed` event of a new state, encoded."""
+def state_changed(state: Mapping[str, Any], state_text: str) -> tuple[NewEvent, str]:
+    """The `state.changed` event of a new state, encoded: `state_text` is the
+    state's canonical JSON (`encode_state`), so the payload's is its own."""
     payload = {"state": dict(state)}
-    return NewEvent("state.changed", payload, origin="client"), canonical_json(payload)
+    return NewEvent("state.changed", payload, origin="client"), '{"state":' + state_text + "}"
 
 
 def store_state(conn: Connection, conversation_id: str, state_text: str) -> None:
