@@ -424,6 +424,27 @@ OPERATIONS: dict[str, tuple[Callable[..., object], st.SearchStrategy[Any]]] = {
     "audit events limit": (lambda ledger, conv, cursor, v: ledger.audit.events(limit=v), _INT),
     "audit timeline": (lambda ledger, conv, cursor, v: ledger.audit.run_timeline(v), _ID),
     "tenant": (lambda ledger, conv, cursor, v: ledger._store.tenant(v).conversations(), _TEXT),
+    "create_conversation key": (
+        lambda ledger, conv, cursor, v: ledger.create_conversation(key=v),
+        _TEXT,
+    ),
+    "conversation_by_key": (lambda ledger, conv, cursor, v: ledger.conversation_by_key(v), _TEXT),
+    "entries last": (lambda ledger, conv, cursor, v: ledger.entries(conv.id, last=v), _INT),
+    "entries at": (lambda ledger, conv, cursor, v: ledger.entries(conv.id, at=v), _INT),
+    "entry": (lambda ledger, conv, cursor, v: ledger.entry(v), _ID),
+    "append ids": (
+        lambda ledger, conv, cursor, v: ledger.append_messages(conv.id, [user("x")], ids=[v]),
+        _ID,
+    ),
+    "append after": (
+        lambda ledger, conv, cursor, v: ledger.append_messages(conv.id, [user("x")], after=v),
+        _INT,
+    ),
+    "set_state": (lambda ledger, conv, cursor, v: ledger.set_state(conv.id, {"v": v}), _JSON),
+    "set_state expected": (
+        lambda ledger, conv, cursor, v: ledger.set_state(conv.id, {}, expected_state={"v": v}),
+        _JSON,
+    ),
 }
 
 
@@ -454,6 +475,10 @@ def test_every_operation_given_bad_values_refuses_cleanly_or_round_trips(
     if name in ("create_conversation metadata", "fork metadata"):
         expected = {} if value is None else value  # None is documented as no metadata
         assert ledger.conversation(result.id).metadata == expected  # type: ignore[attr-defined]
+    if name == "set_state":
+        assert ledger.conversation(conv.id).state == {"v": value}
+    if name == "create_conversation key" and value is not None:  # None: no key
+        assert ledger.conversation_by_key(value).id == result.id  # type: ignore[attr-defined]
     if name == "append tool arguments":
         stored = ledger.history(conv.id, repaired=False)[-1].tool_calls[0].arguments
         assert stored == value or stored == ToolCall(id="c", name="t", arguments=value).arguments
