@@ -77,6 +77,9 @@ class _Seen:
     """The state's revision field as stored: what the next write compares and sets."""
     record: ConversationRecord | None
     """The record (None: never saved, or deleted)."""
+    head: int | None = None
+    """The chatledger head's position as this store's last write left it (None: not
+    known to be this store's: another writer may have appended since)."""
 
 
 class LedgerConversationStore(ConversationStore):
@@ -90,9 +93,9 @@ class LedgerConversationStore(ConversationStore):
     await conversations.save(result)
     ```
 
-    One writer at a time per conversation through this store: chatledger's
-    own engine appending to the same conversation leaves the record's head
-    entry where the last save put it.
+    Messages appended to the same conversation through chatledger itself (its
+    engine, `append_messages`) are not part of the record's history: the
+    next save goes after the store's own last entry, on a branch of its own.
     """
 
     def __init__(self, ledger: AsyncLedger) -> None:
@@ -178,21 +181,25 @@ class LedgerConversationStore(ConversationStore):
         self._seen.pop(cid, None)  # known again only once the write succeeds
         try:
             if seen.ledger_id is None and record.forked_from is not None and not new_entries:
-                ledger_id = await self._fork(record, state)
+                ledger_id, head = await self._fork(record, state)
             else:
                 ledger_id = seen.ledger_id or (await self._create(cid)).id
                 if new_entries:
-                    await self._append(ledger_id, stored, new_entries, state, expected)
+                    head = await self._append(ledger_id, seen, new_entries, state, expected)
                 elif record.head_id != (stored.head_id if stored is not None else None):
                     to = await self._after(ledger_id, record.head_id)
-                    await self.ledger.move_head(ledger_id, to, state=state, expected_state=expected)
+                    moved = await self.ledger.move_head(
+                        ledger_id, to, state=state, expected_state=expected
+                    )
+                    head = moved.head.position
                 else:
-                    await self.ledger.set_state(ledger_id, state, expected_state=expected)
+                    changed = await self.ledger.set_state(ledger_id, state, expected_state=expected)
+                    head = changed.head.position
         except ConflictError as error:
             raise ConversationConflict(cid) from error
         except NotFoundError as error:  # the head names an entry the store does not have
             raise ConversationConflict(cid) from error
-        self._keep(cid, _Seen(ledger_id, record.revision, record))
+        self._keep(cid, _Seen(ledger_id, record.revision, record, head))
 
     async def delete_record(self, conversation_id: str, *, expected_revision: str) -> None:
         self._seen.pop(conversation_id, None)
@@ -272,7 +279,7 @@ class LedgerConversationStore(ConversationStore):
             # Created by a concurrent first save: the revision check decides.
             return await self.ledger.conversation_by_key(conversation_id)
 
-    async def _fork(self, record: ConversationRecord, state: dict[str, Any]) -> str:
+    async def _fork(self, record: ConversationRecord, state: dict[str, Any]) -> tuple[str, int]:
         """A fork's first record: a chatledger fork at its head entry, then its state."""
         if record.head_id is None:
             conv = await self._create(record.conversation_id)
@@ -282,28 +289,61 @@ class LedgerConversationStore(ConversationStore):
             conv = await self.ledger.fork(
                 at.conversation_id, at=at.position, key=record.conversation_id
             )
-        await self.ledger.set_state(conv.id, state, expected_state={REVISION: None})
-        return conv.id
+        changed = await self.ledger.set_state(conv.id, state, expected_state={REVISION: None})
+        return conv.id, changed.head.position
 
     async def _append(
         self,
         ledger_id: str,
-        stored: ConversationRecord | None,
+        seen: _Seen,
         new_entries: Sequence[ConversationEntry],
         state: dict[str, Any],
         expected: dict[str, Any],
-    ) -> None:
-        parent = new_entries[0].parent_id
-        extends = stored is not None and parent == stored.head_id and parent is not None
-        after = None if extends else await self._after(ledger_id, parent)
+    ) -> int:
+        """Append the new entries, and return where the head is then.
+
+        Entries that extend the stored history go at the chatledger head only
+        while that head is still where this store's history ends: a message
+        another writer appended through chatledger meanwhile is not part of
+        this history, so the entries then go after their parent entry (on a
+        branch of their own), and the other writer's messages stay in the log.
+        """
         messages, ids = [], []
         for entry in new_entries:
             group = to_messages(entry.message)
             messages += group
             ids += [new_id() for _ in group[:-1]] + [entry.id]
-        await self.ledger.append_messages(
+        parent = new_entries[0].parent_id
+        stored = seen.record
+        head = None
+        if stored is not None and parent is not None and parent == stored.head_id:
+            head = seen.head if seen.head is not None else await self._ours(ledger_id, parent)
+        if head is not None:
+            try:
+                appended = await self.ledger.append_messages(
+                    ledger_id,
+                    messages,
+                    ids=ids,
+                    expected=head,
+                    state=state,
+                    expected_state=expected,
+                )
+                return appended.head.position
+            except ConflictError as error:
+                if error.expected is None:  # the revision: another save came first
+                    raise
+                # Another writer moved the head: go after the parent entry instead.
+        after = await self._after(ledger_id, parent)
+        appended = await self.ledger.append_messages(
             ledger_id, messages, ids=ids, after=after, state=state, expected_state=expected
         )
+        return appended.head.position
+
+    async def _ours(self, ledger_id: str, head_entry: str) -> int | None:
+        """The head's position when the last message at the head is `head_entry`."""
+        conv = await self.ledger.conversation(ledger_id)
+        last = await self.ledger.entries(ledger_id, last=1)
+        return conv.head.position if last and last[0].event_id == head_entry else None
 
     async def _after(self, ledger_id: str, entry_id: str | None) -> int | Position:
         """Where the history that ends at `entry_id` (None: empty) ends in the log of

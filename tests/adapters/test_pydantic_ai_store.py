@@ -35,7 +35,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from adapters.pydantic_ai import LedgerConversationStore
-from store import AsyncStore
+from store import AsyncStore, Message
 
 IDS = ("c1", "c2", "c3")
 
@@ -275,3 +275,32 @@ async def test_windows_of_a_long_conversation_are_pydantic_ais(
     # the history, starting inside and between groups of messages.
     expected = await long_talk(InMemoryConversationStore(), 20)
     assert await long_talk(ledger_store, 20) == expected
+
+
+async def test_messages_appended_beside_the_store_do_not_enter_its_history(
+    database_url: str,
+) -> None:
+    """chatledger's own writers may append to the same conversation: the next save
+    goes after the store's own history, and their messages stay in the log."""
+    async with AsyncStore.open(database_url) as store:
+        ledger = store.tenant(f"mixed-{uuid.uuid4().hex[:8]}")
+        conversations, runner = LedgerConversationStore(ledger), agent()
+        first = await runner.run("prompt 1", conversation=Conversation(conversation_id="m"))
+        await conversations.save(first)
+        conv = await ledger.conversation_by_key("m")
+        beside = await ledger.append_messages(
+            conv.id, [Message(role="user", content="written beside the store")]
+        )
+
+        loaded = await conversations.load("m")
+        assert loaded is not None and dumped(loaded.messages) == dumped(first.all_messages())
+        second = await runner.run("prompt 2", conversation=loaded)
+        await conversations.save(second)
+        again = await conversations.load("m")
+        assert again is not None and dumped(again.messages) == dumped(second.all_messages())
+        for entry in await conversations.load_entries("m") or []:
+            assert (await conversations.read_entry(entry.id)).message == entry.message
+        # The message written beside it is still in the log, on its branch.
+        kept = await ledger.entries(conv.id, at=beside.head)
+        assert kept[-1].message.content == "written beside the store"
+        assert (await ledger.verify(conv.id)).ok
