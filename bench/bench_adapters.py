@@ -1,14 +1,21 @@
-"""A save through a framework adapter against `append_messages` of the same messages.
+"""A write through a framework adapter against `append_messages` of the same messages.
 
     python bench/bench_adapters.py [--turns 300]
 
-pydantic-ai's `ConversationStore.save` through `LedgerConversationStore`
-(adapters/pydantic_ai), each save adding one turn (a ~1 KB user prompt and a
-~1 KB answer), against `AsyncLedger.append_messages` of the very chatledger
-messages that turn becomes, on the same database, taking turns save by save.
-Both run on `AsyncStore`, on SQLite (WAL, synchronous=FULL) and Postgres.
-The figure is the ratio of median times (issue 18's target: at most 1.3x).
-Results go to bench/RESULTS.md.
+Two tables, each against `AsyncLedger.append_messages` of the very chatledger
+messages the adapter writes, on the same database, taking turns write by
+write, on `AsyncStore`, SQLite (WAL, synchronous=FULL) and Postgres:
+
+- pydantic-ai's `ConversationStore.save` through `LedgerConversationStore`
+  (adapters/pydantic_ai), each save adding one turn (a ~1 KB user prompt and
+  a ~1 KB answer);
+- the OpenAI Agents SDK's `Session.add_items` through `ChatledgerSession`
+  (adapters/openai_agents) of one turn's items: a ~1 KB user message, then a
+  model response of a ~1 KB reasoning item and a ~1 KB assistant message.
+
+The figure is the ratio of median times (issue 18's target: at most 1.3x);
+the exit code is 1 when any backend of either table misses it. Results go to
+bench/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -20,13 +27,17 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from pydantic_ai.conversation import Conversation
 from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
 
+from adapters.openai_agents import ChatledgerSession
+from adapters.openai_agents import to_messages as items_to_messages
 from adapters.pydantic_ai import LedgerConversationStore, to_messages
 from bench._common import machine, postgres_database, write_section
 from store import AsyncStore
@@ -67,43 +78,110 @@ async def measure(url: str, turns: int) -> tuple[float, float]:
         return statistics.median(saves[warm:]), statistics.median(appends[warm:])
 
 
+def items(i: int) -> list[dict[str, Any]]:
+    """One turn's session items, as the runner adds them: the prompt, then the response."""
+    return [
+        {"role": "user", "content": f"{i}: {TEXT}"},
+        {
+            "type": "reasoning",
+            "id": f"rs_{i}",
+            "summary": [{"type": "summary_text", "text": f"{i}: {TEXT}"}],
+        },
+        {
+            "type": "message",
+            "role": "assistant",
+            "id": f"msg_{i}",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": f"{i}: {TEXT}", "annotations": []}],
+        },
+    ]
+
+
+async def measure_session(url: str, turns: int) -> tuple[float, float]:
+    """Median seconds of a session's `add_items` of one turn and of the same append."""
+    async with AsyncStore.open(url, message_cache=0) as store:
+        await store.migrate()
+        ledger = store.tenant("bench-session")
+        session = ChatledgerSession("bench-session", ledger)
+        plain = (await ledger.create_conversation()).id
+        adds, appends = [], []
+        for i in range(turns):
+            added = items(i)
+            start = time.perf_counter()
+            await session.add_items(added)
+            adds.append(time.perf_counter() - start)
+            messages = items_to_messages(added)
+            start = time.perf_counter()
+            await ledger.append_messages(plain, messages)
+            appends.append(time.perf_counter() - start)
+        warm = turns // 10
+        return statistics.median(adds[warm:]), statistics.median(appends[warm:])
+
+
+def table(
+    urls: list[tuple[str, str]],
+    measure_one: Callable[[str, int], Coroutine[Any, Any, tuple[float, float]]],
+    turns: int,
+    what: str,
+) -> tuple[list[str], bool]:
+    """A results table of `measure_one` on each backend, and whether every ratio met the target."""
+    lines = [
+        f"| backend | {what} median ms | `append_messages` median ms | ratio | target |",
+        "|---|---:|---:|---:|---|",
+    ]
+    met = True
+    for name, url in urls:
+        adapter, append = asyncio.run(measure_one(url, turns))
+        ratio = adapter / append
+        met = met and ratio <= TARGET
+        verdict = "PASS" if ratio <= TARGET else "FAIL"
+        lines.append(
+            f"| {name} | {adapter * 1e3:.2f} | {append * 1e3:.2f} | {ratio:.2f}x | "
+            f"<= {TARGET}x {verdict} |"
+        )
+    return lines, met
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--turns", type=int, default=300, help="saves per backend")
     args = parser.parse_args()
     details = machine()
-    lines = [
-        "| backend | `save` median ms | `append_messages` median ms | ratio | target |",
-        "|---|---:|---:|---:|---|",
-    ]
-    met = True
+    machine_line = "Machine: " + "; ".join(f"{k} {v}" for k, v in details.items())
     with tempfile.TemporaryDirectory() as tmp, postgres_database("bench_adapters") as pg:
-        for name, url in [
-            ("SQLite", f"sqlite:///{os.path.join(tmp, 'adapters.db')}"),
-            ("Postgres", pg),
-        ]:
-            save, append = asyncio.run(measure(url, args.turns))
-            ratio = save / append
-            met = met and ratio <= TARGET
-            verdict = "PASS" if ratio <= TARGET else "FAIL"
-            lines.append(
-                f"| {name} | {save * 1e3:.2f} | {append * 1e3:.2f} | {ratio:.2f}x | "
-                f"<= {TARGET}x {verdict} |"
-            )
-    body = "\n".join(
+        sqlite = f"sqlite:///{os.path.join(tmp, 'adapters.db')}"
+        urls = [("SQLite", sqlite), ("Postgres", pg)]
+        saves, saves_met = table(urls, measure, args.turns, "`save`")
+        adds, adds_met = table(urls, measure_session, args.turns, "`add_items`")
+    pydantic_ai = "\n".join(
         [
             f"`python bench/bench_adapters.py --turns {args.turns}`: pydantic-ai's `save` "
             "through `LedgerConversationStore`, one turn per save, against "
             "`append_messages` of the same chatledger messages, taking turns.",
             "",
-            "Machine: " + "; ".join(f"{k} {v}" for k, v in details.items()),
+            machine_line,
             "",
-            *lines,
+            *saves,
         ]
     )
-    print(body)
-    write_section(RESULTS, "Framework adapters: a save against the append", body)
-    return 0 if met else 1
+    openai_agents = "\n".join(
+        [
+            f"`python bench/bench_adapters.py --turns {args.turns}`: the OpenAI Agents SDK's "
+            "`add_items` through `ChatledgerSession` of one turn's items (a user message, a "
+            "reasoning item and an assistant message, ~1 KB each), against `append_messages` "
+            "of the same chatledger messages (`to_messages(items)`), taking turns.",
+            "",
+            machine_line,
+            "",
+            *adds,
+        ]
+    )
+    print(pydantic_ai, openai_agents, sep="\n\n")
+    write_section(RESULTS, "Framework adapters: a save against the append", pydantic_ai)
+    write_section(
+        RESULTS, "Framework adapters: a session's add_items against the append", openai_agents
+    )
+    return 0 if saves_met and adds_met else 1
 
 
 if __name__ == "__main__":
