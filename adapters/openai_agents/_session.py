@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -62,6 +63,10 @@ class ChatledgerSession:
         self.ledger = ledger
         self._tenant = tenant
         self._ids: dict[str, str] = {}  # tenant -> chatledger conversation id
+        # (tenant, run) -> the head position this run last saw or left: a run's
+        # writes are compared with it, so two runs on one session never
+        # interleave (see `add_items`).
+        self._runs: dict[tuple[str, int], int] = {}
 
     # -- the Session protocol ---------------------------------------------------------
 
@@ -73,6 +78,12 @@ class ChatledgerSession:
         if limit is None and self.session_settings is not None:
             limit = self.session_settings.limit
         conversation_id = await self._conversation(ledger)
+        if wrapper is not None:  # a run reads the session: what its writes build on
+            # (position 1, `conversation.created`, for a session not created yet)
+            head = 1
+            if conversation_id is not None:
+                head = (await ledger.conversation(conversation_id)).head.position
+            self._saw(wrapper, ledger, head)
         if conversation_id is None or limit == 0:
             return []
         # Every message holds at least one item: the last `limit` messages
@@ -84,14 +95,38 @@ class ChatledgerSession:
     async def add_items(
         self, items: list[Item], *, wrapper: RunContextWrapper[Any] | None = None
     ) -> None:
-        """Append `items` at the head, in one transaction."""
+        """Append `items` at the head, in one transaction.
+
+        Within a run (the runner passes its `wrapper`), the append expects the
+        head where this run's last read or write left it: when another run
+        wrote to the session meanwhile, this run's items are refused with a
+        `ConflictError` and nothing of them is stored, so two runs on one
+        session land one after the other or one of them fails; never
+        interleaved.
+        """
         if not items:
             return
         ledger = self._ledger(wrapper)
         messages = to_messages(items)
         conversation_id = await self._conversation(ledger, create=True)
         assert conversation_id is not None
-        await ledger.append_messages(conversation_id, messages)
+        expected = None if wrapper is None else self._runs.get(_run(ledger, wrapper))
+        try:
+            appended = await ledger.append_messages(conversation_id, messages, expected=expected)
+        except ConflictError as error:
+            if expected is None or error.expected is None:
+                raise
+            raise ConflictError(
+                f"Session {self.session_id!r} changed since this run read it: another run or "
+                f"writer added to it (its head is at {error.actual}, this run left it at "
+                f"{expected}). This run's new items were not stored; run it again to continue "
+                f"from the session as it is now.",
+                conversation_id=conversation_id,
+                expected=expected,
+                actual=error.actual,
+            ) from error
+        if wrapper is not None:
+            self._saw(wrapper, ledger, appended.head.position)
 
     async def pop_item(self, *, wrapper: RunContextWrapper[Any] | None = None) -> Item | None:
         """Remove the latest item and return it; None when the session is empty."""
@@ -108,13 +143,22 @@ class ChatledgerSession:
             before = last[0].position.position - 1
             try:
                 if len(items) == 1:
-                    await ledger.move_head(conversation_id, before, expected=conv.head)
+                    head = (
+                        await ledger.move_head(conversation_id, before, expected=conv.head)
+                    ).head
                 else:
-                    await ledger.append_messages(
-                        conversation_id, to_messages(items[:-1]), after=before, expected=conv.head
-                    )
+                    head = (
+                        await ledger.append_messages(
+                            conversation_id,
+                            to_messages(items[:-1]),
+                            after=before,
+                            expected=conv.head,
+                        )
+                    ).head
             except ConflictError:
                 continue  # another writer moved the head first: pop from where it is now
+            if wrapper is not None:
+                self._saw(wrapper, ledger, head.position)
             return items[-1]
         raise ConflictError(
             f"Session {self.session_id!r} kept changing while an item was popped "
@@ -129,7 +173,9 @@ class ChatledgerSession:
         if conversation_id is None:
             return
         if await ledger.entries(conversation_id, last=1):
-            await ledger.move_head(conversation_id, 1)
+            cleared = await ledger.move_head(conversation_id, 1)
+            if wrapper is not None:
+                self._saw(wrapper, ledger, cleared.head.position)
 
     # -- what the SDK has no verb for -------------------------------------------------
 
@@ -173,6 +219,13 @@ class ChatledgerSession:
 
     # -- plumbing ----------------------------------------------------------------------
 
+    def _saw(self, wrapper: RunContextWrapper[Any], ledger: AsyncLedger, head: int) -> None:
+        """Remember where `wrapper`'s run last saw the head, until the run is gone."""
+        key = _run(ledger, wrapper)
+        if key not in self._runs:
+            weakref.finalize(wrapper, self._runs.pop, key, None)
+        self._runs[key] = head
+
     def _ledger(self, wrapper: RunContextWrapper[Any] | None) -> AsyncLedger:
         if wrapper is not None and self._tenant is not None:
             return self._tenant(wrapper)
@@ -194,6 +247,11 @@ class ChatledgerSession:
                 found = (await ledger.conversation_by_key(self.session_id)).id
         self._ids[ledger.tenant] = found
         return found
+
+
+def _run(ledger: AsyncLedger, wrapper: RunContextWrapper[Any]) -> tuple[str, int]:
+    """A run of a tenant: its context wrapper lives as long as the run."""
+    return ledger.tenant, id(wrapper)
 
 
 def _cut(entries: list[Entry], keep: int) -> tuple[int, list[Item]]:

@@ -23,7 +23,7 @@ from agents.memory.session_settings import SessionSettings
 from agents.run_context import RunContextWrapper
 
 from adapters.openai_agents import ChatledgerSession
-from store import AsyncStore
+from store import AsyncStore, ConflictError
 
 TEXT = "The quick brown fox jumps over the lazy dog."
 
@@ -199,3 +199,28 @@ async def test_the_run_context_chooses_the_tenant(ledger_store: AsyncStore) -> N
     theirs = copy.deepcopy(await session.get_items(wrapper=globex))
     assert await session.pop_item(wrapper=acme) is not None
     assert await session.get_items(wrapper=globex) == theirs
+
+
+async def test_a_run_that_another_run_wrote_past_is_refused(ledger_store: AsyncStore) -> None:
+    """Within a run (the runner passes its context wrapper), a write expects the head
+    where the run last read or wrote it; another run's write in between refuses it."""
+    session = ChatledgerSession("s", ledger_store.tenant(f"agents-{uuid.uuid4().hex[:8]}"))
+    await session.add_items([{"role": "user", "content": "before"}])
+    first, second = RunContextWrapper(context=None), RunContextWrapper(context=None)
+    await session.get_items(wrapper=first)
+    await session.get_items(wrapper=second)
+    await session.add_items([{"role": "user", "content": "second's"}], wrapper=second)
+    with pytest.raises(ConflictError, match="changed since this run read it"):
+        await session.add_items([{"role": "user", "content": "first's"}], wrapper=first)
+    await session.add_items([{"role": "user", "content": "second's again"}], wrapper=second)
+    assert [i["content"] for i in await session.get_items()] == [
+        "before",
+        "second's",
+        "second's again",
+    ]
+    # A new run starts from the session as it is, and so does a write outside a run.
+    third = RunContextWrapper(context=None)
+    await session.get_items(wrapper=third)
+    await session.add_items([{"role": "user", "content": "third's"}], wrapper=third)
+    await session.add_items([{"role": "user", "content": "outside a run"}])
+    assert len(await session.get_items()) == 5
