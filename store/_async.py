@@ -62,7 +62,8 @@ class AsyncStore:
     (`asyncio.to_thread`): one thread hop per operation, where aiosqlite
     takes one per statement (several times the cost of a SQLite append) and
     psycopg's async mode a pool checkout and `run_sync`'s greenlet. Every
-    other operation, and a fast form that declines, takes the async engine.
+    other operation, and a fast form that declines, runs the general path on
+    that synchronous engine's pool, in the same single thread hop (ADR 0015).
 
     A store on a caller's `AsyncEngine` (`open(engine=...)`) runs every
     operation through that engine, as before: a second engine could not

@@ -338,3 +338,127 @@ async def test_the_async_ledger_has_the_primitives(database_url: str, fast_paths
         entries = await ledger.entries(conv.id, last=1)
         moved = await ledger.move_head(conv.id, entries[0].position, state={"r": 3})
         assert moved.state == {"r": 3}
+
+
+# -- edges the fast forms must decide as the general path does ---------------------------
+
+
+def test_a_state_holding_nul_is_compared_and_set_like_any_other(
+    store: Store, ledger: Ledger
+) -> None:
+    conv = ledger.create_conversation()
+    ledger.set_state(conv.id, {"note": "a\x00b", "rev": 1})
+    appended = ledger.append_messages(
+        conv.id, turn("hi"), state={"rev": 2}, expected_state={"rev": 1}
+    )
+    assert ledger.conversation(conv.id).state == {"rev": 2}
+    ledger.set_state(conv.id, {"note": "a\x00b"})
+    before = counts(store)
+    with pytest.raises(ConflictError):
+        ledger.append_messages(conv.id, turn("x"), expected_state={"note": "a\x00c"})
+    assert counts(store) == before
+    ledger.append_messages(conv.id, turn("y"), expected_state={"note": "a\x00b"})
+    assert appended.head.position < ledger.conversation(conv.id).head.position
+
+
+def test_the_compare_and_set_tells_booleans_from_numbers(store: Store, ledger: Ledger) -> None:
+    conv = ledger.create_conversation()
+    ledger.set_state(conv.id, {"done": 1, "n": 0, "x": 1.0, "deep": [True, {"k": 2}]})
+    before = counts(store)
+    for wrong in ({"done": True}, {"n": False}, {"deep": [1, {"k": 2}]}, {"deep": [True]}):
+        with pytest.raises(ConflictError):
+            ledger.append_messages(conv.id, turn("x"), expected_state=wrong)
+        with pytest.raises(ConflictError):
+            ledger.set_state(conv.id, {}, expected_state=wrong)
+    assert counts(store) == before
+    # Numbers compare by value, as JSON numbers do.
+    ledger.append_messages(
+        conv.id, turn("ok"), expected_state={"done": 1.0, "x": 1, "deep": [True, {"k": 2.0}]}
+    )
+
+
+def test_a_replay_with_other_ids_is_a_key_conflict(store: Store, ledger: Ledger) -> None:
+    conv = ledger.create_conversation()
+    ids = [new_id()]
+    original = ledger.append_messages(conv.id, turn("a"), ids=ids, idempotency_key="k")
+    assert ledger.append_messages(conv.id, turn("a"), ids=ids, idempotency_key="k") == original
+    before = counts(store)
+    with pytest.raises(ConflictError, match="different append"):
+        ledger.append_messages(conv.id, turn("a"), ids=[new_id()], idempotency_key="k")
+    assert counts(store) == before
+
+
+def test_a_turn_after_the_tip_of_the_heads_branch_keeps_the_view_whole(
+    store: Store, ledger: Ledger
+) -> None:
+    """The head's branch may run past the head (a failed run's partial); a turn after
+    its tip takes those messages into the history, and the view shows them."""
+    from store import NewEvent
+
+    conv = ledger.create_conversation()
+    ledger.append_messages(conv.id, turn("hi"))
+    cursor = ledger.start_run(conv.id, owner="w", events=[NewEvent.of_message(user("partial"))])
+    ledger.fail_run(cursor, stage="model", error="boom")
+    tip = max(e.position for e in ledger.events(conversation_id=conv.id))
+    branch = ledger.events(conversation_id=conv.id)[-1].branch_id
+    appended = ledger.append_messages(conv.id, turn("after"), after=Position(branch, tip))
+    expected = ["hi", "partial", "after"]
+    assert [m.content for m in ledger.history(conv.id)] == expected
+    assert [m.content for m in ledger.history(conv.id, at=appended.head)] == expected
+    assert [e.message.content for e in ledger.entries(conv.id)] == expected
+    moved = ledger.move_head(conv.id, Position(branch, tip))
+    assert [m.content for m in ledger.history(conv.id)] == ["hi", "partial"]
+    store.rebuild()
+    assert [m.content for m in ledger.history(conv.id)] == ["hi", "partial"]
+    assert ledger.conversation(conv.id).head == moved.head
+
+
+def test_a_state_too_large_is_refused(store: Store, ledger: Ledger) -> None:
+    conv = ledger.create_conversation()
+    before = counts(store)
+    with pytest.raises(InvalidInputError, match="state holds at most"):
+        ledger.set_state(conv.id, {"big": "x" * (1024 * 1024)})
+    assert counts(store) == before
+
+
+@pytest.mark.parametrize(("backend", "fast_paths"), [("postgres", True)], indirect=True)
+def test_racing_appends_of_one_minted_id_are_one_conflict(store: Store, ledger: Ledger) -> None:
+    """Two appends to two conversations with the same new id: one lands, the other is
+    the taken-id `ConflictError` (the fast statement's check runs in its snapshot)."""
+    rounds = 20
+    outcomes: list[str] = []
+    for _ in range(rounds):
+        convs = [ledger.create_conversation().id for _ in range(2)]
+        minted = new_id()
+        start = threading.Barrier(2)
+
+        def append(cid: str, minted: str = minted, start: threading.Barrier = start) -> str:
+            start.wait()
+            try:
+                ledger.append_messages(cid, turn("x"), ids=[minted])
+            except ConflictError as error:
+                assert "is taken" in str(error)
+                return "conflict"
+            return "ok"
+
+        with ThreadPoolExecutor(2) as pool:
+            outcomes += sorted(pool.map(append, convs))
+    assert outcomes == ["conflict", "ok"] * rounds
+
+
+@pytest.mark.parametrize(("backend", "fast_paths"), [("postgres", True)], indirect=True)
+def test_racing_retries_of_one_key_write_once_and_replay(store: Store, ledger: Ledger) -> None:
+    """Two retries of one append with one idempotency key, at once: one writes, the other
+    returns what it wrote (the fast statement's key check runs in its snapshot)."""
+    for round_ in range(20):
+        conv = ledger.create_conversation().id
+        start = threading.Barrier(2)
+
+        def retry(_: int, conv: str = conv, start: threading.Barrier = start) -> Any:
+            start.wait()
+            return ledger.append_messages(conv, turn("once"), idempotency_key="k")
+
+        with ThreadPoolExecutor(2) as pool:
+            first, second = pool.map(retry, range(2))
+        assert first.events == second.events, round_
+        assert len(ledger.events(conversation_id=conv)) == 2

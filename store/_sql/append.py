@@ -34,6 +34,7 @@ from hashlib import sha256
 from typing import Any, Protocol
 
 import sqlalchemy as sa
+from psycopg.errors import UniqueViolation
 from sqlalchemy.engine import Connection
 
 from store import _checks
@@ -91,10 +92,14 @@ WITH RECURSIVE c AS (
       AND (%(key)s::text IS NULL OR NOT EXISTS (
           SELECT 1 FROM chatledger_events k
           WHERE k.conversation_id = %(cid)s AND k.idempotency_key = %(key)s::text))
-      -- The state's compare-and-set: each expected field holds its value (null: absent).
-      AND (%(expected_state)s::jsonb IS NULL OR NOT EXISTS (
-          SELECT 1 FROM jsonb_each(%(expected_state)s::jsonb) e
-          WHERE coalesce(c.state::jsonb -> e.key, 'null'::jsonb) <> e.value))
+      -- The state's compare-and-set: each expected field holds its value (null:
+      -- absent). A state holding \\u0000, which jsonb refuses, declines: the
+      -- general path decides.
+      AND CASE WHEN %(expected_state)s::jsonb IS NULL THEN true
+               WHEN strpos(c.state, '\\u0000') > 0 THEN false
+               ELSE NOT EXISTS (
+                   SELECT 1 FROM jsonb_each(%(expected_state)s::jsonb) e
+                   WHERE coalesce(c.state::jsonb -> e.key, 'null'::jsonb) <> e.value) END
       AND (%(named)s::uuid[] IS NULL OR NOT EXISTS (
           SELECT 1 FROM chatledger_event_ids x WHERE x.id = ANY(%(named)s::uuid[])))
 ), new AS (
@@ -160,6 +165,9 @@ class InPlace:
     """The `conversation.created` event, when the append created the conversation."""
 
 
+_RACED = frozenset({"pk_chatledger_event_ids", "ix_chatledger_events_idempotency"})
+"""Unique keys a concurrent append can take between the fast statement's check and insert."""
+
 _SQLITE_HEAD = (
     "SELECT head_branch_id, head_position, head_open, head_hash, state "
     "FROM chatledger_conversations WHERE id = ? AND tenant = ?"
@@ -205,25 +213,36 @@ def append_postgres(
     reports it. `named`, `state` and `expected_state` are those of the general
     path (`ids`, `state`, `expected_state`).
     """
+    expected_text = None if expected_state is None else json.dumps(dict(expected_state))
+    if expected_text is not None and "\\u0000" in expected_text:
+        return None  # jsonb refuses \u0000: the general path compares it
     ids = event_ids(named, len(encoded))
-    cursor.execute(
-        _APPEND,
-        {
-            "cid": conversation_id,
-            "tenant": tenant,
-            "expected": expected,
-            "key": idempotency_key,
-            "expected_state": None if expected_state is None else json.dumps(dict(expected_state)),
-            "named": None if named is None else list(named),
-            "state": state,
-            "ids": ids,
-            "kinds": [item.kind for item, _ in encoded],
-            "origins": [item.origin for item, _ in encoded],
-            "payloads": [text for _, text in encoded],
-            "run_id": run_id,
-            "count": len(encoded),
-        },
-    )
+    try:
+        cursor.execute(
+            _APPEND,
+            {
+                "cid": conversation_id,
+                "tenant": tenant,
+                "expected": expected,
+                "key": idempotency_key,
+                "expected_state": expected_text,
+                "named": None if named is None else list(named),
+                "state": state,
+                "ids": ids,
+                "kinds": [item.kind for item, _ in encoded],
+                "origins": [item.origin for item, _ in encoded],
+                "payloads": [text for _, text in encoded],
+                "run_id": run_id,
+                "count": len(encoded),
+            },
+        )
+    except UniqueViolation as error:
+        # A concurrent append took one of the caller's ids or the idempotency
+        # key after this statement's snapshot: it wrote nothing; the general
+        # path reports the taken id, or replays the key's append.
+        if error.diag.constraint_name in _RACED:
+            return None
+        raise
     rows = cursor.fetchall()
     # Columns: head_branch_id, head_position, seq, position, recorded_at, kind, hash.
     if not rows or rows[0][2] is None:
@@ -265,7 +284,7 @@ def state_holds(state_text: str, expected: Mapping[str, Any] | None) -> bool:
     if expected is None:
         return True
     state = json.loads(state_text)
-    return all(state.get(k) == v for k, v in expected.items())
+    return all(_entries.json_equal(state.get(k), v) for k, v in expected.items())
 
 
 class CreateAppend(Protocol):
@@ -628,6 +647,7 @@ def replayed(
     key: str,
     encoded: Sequence[tuple[NewEvent, str]],
     run_id: str | None,
+    ids: Sequence[str] | None = None,
 ) -> Appended | None:
     """The original append of an idempotency key, if the key was used.
 
@@ -656,7 +676,9 @@ def replayed(
             break
     else:
         raise key_conflict(conv.id, key)  # no end within reach: the original was longer
-    if not same_content(original, encoded, run_id):
+    if not same_content(original, encoded, run_id) or (
+        ids is not None and [e.id for e in original[: len(ids)]] != list(ids)
+    ):
         raise key_conflict(conv.id, key)
     return Appended(conv.id, original, conv.head)
 
@@ -696,7 +718,7 @@ def append_messages(
     created = _create_first(conn, tenant, conversation_id, metadata) if create else None
     conv = get_conversation(conn, tenant, conversation_id, lock=True)
     if idempotency_key is not None:
-        again = replayed(conn, conv, idempotency_key, encoded, run_id)
+        again = replayed(conn, conv, idempotency_key, encoded, run_id, ids)
         if again is not None:
             return again
     check_expected(conv, expected)
@@ -728,7 +750,9 @@ def append_messages(
         _entries.record_ids(conn, conv.id, inserted[: len(ids)])
     new_head = Position(branch_id, written[-1].position)
     messages = [e for e in written if e.kind == "message.recorded"]
-    set_head(conn, conv, new_head, messages, written[-1].hash)
+    set_head(
+        conn, conv, new_head, messages, written[-1].hash, extends=after is None or base == conv.head
+    )
     if state is not None:
         _entries.store_state(conn, conv.id, state)
     return Appended(conv.id, written, new_head, created=created is not None)

@@ -46,6 +46,7 @@ __all__ = [
     "encode_state",
     "entries",
     "entry",
+    "json_equal",
     "move_head",
     "record_ids",
     "record_state",
@@ -55,6 +56,8 @@ __all__ = [
 ]
 
 MESSAGE = "message.recorded"
+MAX_STATE_CHARS = 1024 * 1024
+"""The largest state, as JSON text: it is written on every change, with the row."""
 _COLUMNS = (
     events.c.seq,
     events.c.id,
@@ -182,7 +185,28 @@ def encode_state(state: object, what: str = "state") -> str:
     """A conversation's state (a dict of plain JSON) as its stored text."""
     if not isinstance(state, dict):
         raise InvalidInputError(f"{what} must be a dict, not {type(state).__name__}.")
-    return canonical_json(state, what)
+    text = canonical_json(state, what)
+    if len(text) > MAX_STATE_CHARS:
+        raise InvalidInputError(
+            f"The {what} is {len(text):,} characters of JSON; a conversation's state holds at "
+            f"most {MAX_STATE_CHARS:,}. Keep large values in messages or your own storage."
+        )
+    return text
+
+
+def json_equal(a: Any, b: Any) -> bool:
+    """Whether two JSON values are equal as JSON: numbers by value (1 == 1.0), but a
+    boolean only equals a boolean (Postgres's `jsonb` equality, which the fast
+    form of the compare-and-set uses)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(json_equal(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict | list) or isinstance(b, dict | list):
+        return False
+    return bool(a == b)
 
 
 def check_state(conv: Conversation, expected: Mapping[str, Any] | None) -> None:
@@ -190,7 +214,7 @@ def check_state(conv: Conversation, expected: Mapping[str, Any] | None) -> None:
     (a field given as None must be absent or null)."""
     if expected is None:
         return
-    differs = [k for k, v in expected.items() if conv.state.get(k) != v]
+    differs = [k for k, v in expected.items() if not json_equal(conv.state.get(k), v)]
     if differs:
         fields = ", ".join(map(repr, differs))
         raise ConflictError(

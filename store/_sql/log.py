@@ -832,14 +832,21 @@ def set_head(
     new_head: Position,
     appended: Sequence[Event],
     head_hash: bytes,
+    *,
+    extends: bool = True,
 ) -> None:
     """Move the head row and its view.
 
     `appended` are message events just added at the head; `head_hash` is the
-    hash of the new head's event (the conversation's chain head).
+    hash of the new head's event (the conversation's chain head). `extends`
+    says that they continue the head where it was; when False (a head moved
+    elsewhere, possibly past other messages of its own branch) the view is
+    recomputed from the common prefix of the two lineages.
     """
-    if new_head.branch_id == conv.head.branch_id and all(
-        e.position > conv.head.position for e in appended
+    if (
+        extends
+        and new_head.branch_id == conv.head.branch_id
+        and all(e.position > conv.head.position for e in appended)
     ):
         projector.advance_view(conn, conv.id, [(e.position, e.seq) for e in appended])
     else:
@@ -901,7 +908,7 @@ def move_head(
         [(NewEvent("head.moved", payload, origin="client"), canonical_json(payload))],
         head=head,
     )
-    set_head(conn, conv, Position(branch_id, moved.position), [], moved.hash)
+    set_head(conn, conv, Position(branch_id, moved.position), [], moved.hash, extends=False)
     return get_conversation(conn, tenant, conversation_id)
 
 
