@@ -218,8 +218,9 @@ class Operations:
         tenant = self.tenant
         # The fast forms append at the head; a turn after another position,
         # or an expected head named by branch, goes through the general path.
-        at_position = None if isinstance(expected, Position) else expected
-        plain = after is None and not isinstance(expected, Position)
+        at_position = expected.position if isinstance(expected, Position) else expected
+        at_branch = expected.branch_id if isinstance(expected, Position) else None
+        plain = after is None
 
         def in_place(
             append: _append.Append, create_append: _append.CreateAppend
@@ -250,6 +251,7 @@ class Operations:
                         conversation_id,
                         encoded,
                         expected=at_position,
+                        expected_branch=at_branch,
                         run_id=run_id,
                         idempotency_key=idempotency_key,
                         named=minted,

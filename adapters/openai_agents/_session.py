@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from adapters.openai_agents._translate import from_messages, item_count, to_messages
-from store import AsyncLedger, ConflictError, Entry, NotFoundError
+from store import AsyncLedger, ConflictError, Entry, NotFoundError, Position
 
 if TYPE_CHECKING:
     from agents.memory.session_settings import SessionSettings
@@ -66,7 +66,7 @@ class ChatledgerSession:
         # (tenant, run) -> the head position this run last saw or left: a run's
         # writes are compared with it, so two runs on one session never
         # interleave (see `add_items`).
-        self._runs: dict[tuple[str, int], int] = {}
+        self._runs: dict[tuple[str, int], Position | int] = {}
 
     # -- the Session protocol ---------------------------------------------------------
 
@@ -80,9 +80,9 @@ class ChatledgerSession:
         conversation_id = await self._conversation(ledger)
         if wrapper is not None:  # a run reads the session: what its writes build on
             # (position 1, `conversation.created`, for a session not created yet)
-            head = 1
+            head: Position | int = 1
             if conversation_id is not None:
-                head = (await ledger.conversation(conversation_id)).head.position
+                head = (await ledger.conversation(conversation_id)).head
             self._saw(wrapper, ledger, head)
         if conversation_id is None or limit == 0:
             return []
@@ -118,15 +118,15 @@ class ChatledgerSession:
                 raise
             raise ConflictError(
                 f"Session {self.session_id!r} changed since this run read it: another run or "
-                f"writer added to it (its head is at {error.actual}, this run left it at "
-                f"{expected}). This run's new items were not stored; run it again to continue "
+                f"writer added to it or moved its head since this run left it at "
+                f"{_where(expected)}. This run's new items were not stored; run it again to continue "
                 f"from the session as it is now.",
                 conversation_id=conversation_id,
-                expected=expected,
+                expected=error.expected,
                 actual=error.actual,
             ) from error
         if wrapper is not None:
-            self._saw(wrapper, ledger, appended.head.position)
+            self._saw(wrapper, ledger, appended.head)
 
     async def pop_item(self, *, wrapper: RunContextWrapper[Any] | None = None) -> Item | None:
         """Remove the latest item and return it; None when the session is empty."""
@@ -158,7 +158,7 @@ class ChatledgerSession:
             except ConflictError:
                 continue  # another writer moved the head first: pop from where it is now
             if wrapper is not None:
-                self._saw(wrapper, ledger, head.position)
+                self._saw(wrapper, ledger, head)
             return items[-1]
         raise ConflictError(
             f"Session {self.session_id!r} kept changing while an item was popped "
@@ -175,7 +175,7 @@ class ChatledgerSession:
         if await ledger.entries(conversation_id, last=1):
             cleared = await ledger.move_head(conversation_id, 1)
             if wrapper is not None:
-                self._saw(wrapper, ledger, cleared.head.position)
+                self._saw(wrapper, ledger, cleared.head)
 
     # -- what the SDK has no verb for -------------------------------------------------
 
@@ -185,12 +185,19 @@ class ChatledgerSession:
         conversation_id = await self._conversation(ledger)
         if conversation_id is None:
             return
+        conv = await ledger.conversation(conversation_id)
         entries = await ledger.entries(conversation_id)
         at, rest = _cut(entries, keep)
         if rest:
-            await ledger.append_messages(conversation_id, to_messages(rest), after=at)
+            head = (
+                await ledger.append_messages(
+                    conversation_id, to_messages(rest), after=at, expected=conv.head
+                )
+            ).head
         else:
-            await ledger.move_head(conversation_id, at)
+            head = (await ledger.move_head(conversation_id, at, expected=conv.head)).head
+        if wrapper is not None:
+            self._saw(wrapper, ledger, head)
 
     async def fork(
         self,
@@ -206,8 +213,15 @@ class ChatledgerSession:
         forked = ChatledgerSession(
             session_id, ledger, session_settings=self.session_settings, tenant=self._tenant
         )
-        if conversation_id is None:
-            return forked
+        if conversation_id is None:  # nothing to share: the new session starts empty
+            try:
+                await ledger.conversation_by_key(session_id)
+            except NotFoundError:
+                return forked
+            raise ConflictError(
+                f"Session {session_id!r} exists already. Fork to a new session id.",
+                conversation_id="",
+            )
         entries = await ledger.entries(conversation_id)
         at, rest = _cut(
             entries, len(from_messages([e.message for e in entries])) if keep is None else keep
@@ -219,7 +233,9 @@ class ChatledgerSession:
 
     # -- plumbing ----------------------------------------------------------------------
 
-    def _saw(self, wrapper: RunContextWrapper[Any], ledger: AsyncLedger, head: int) -> None:
+    def _saw(
+        self, wrapper: RunContextWrapper[Any], ledger: AsyncLedger, head: Position | int
+    ) -> None:
         """Remember where `wrapper`'s run last saw the head, until the run is gone."""
         key = _run(ledger, wrapper)
         if key not in self._runs:
@@ -247,6 +263,10 @@ class ChatledgerSession:
                 found = (await ledger.conversation_by_key(self.session_id)).id
         self._ids[ledger.tenant] = found
         return found
+
+
+def _where(head: Position | int | None) -> str:
+    return f"{head.branch_id}:{head.position}" if isinstance(head, Position) else str(head)
 
 
 def _run(ledger: AsyncLedger, wrapper: RunContextWrapper[Any]) -> tuple[str, int]:

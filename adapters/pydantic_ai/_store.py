@@ -77,9 +77,9 @@ class _Seen:
     """The state's revision field as stored: what the next write compares and sets."""
     record: ConversationRecord | None
     """The record (None: never saved, or deleted)."""
-    head: int | None = None
-    """The chatledger head's position as this store's last write left it (None: not
-    known to be this store's: another writer may have appended since)."""
+    head: Position | None = None
+    """The chatledger head as this store's last write left it (None: not known to
+    be this store's: another writer may have written since)."""
 
 
 class LedgerConversationStore(ConversationStore):
@@ -179,6 +179,10 @@ class LedgerConversationStore(ConversationStore):
             RECORD: _RECORD.dump_python(record, mode="json", exclude_defaults=True),
         }
         self._seen.pop(cid, None)  # known again only once the write succeeds
+        if seen.ledger_id is not None and stored is None and record.forked_from is not None:
+            # A fork onto the id of a deleted conversation: chatledger keeps the
+            # deleted one's log under that key, and a fork is a new conversation.
+            raise ConversationConflict(cid)
         try:
             if seen.ledger_id is None and record.forked_from is not None and not new_entries:
                 ledger_id, head = await self._fork(record, state)
@@ -191,10 +195,10 @@ class LedgerConversationStore(ConversationStore):
                     moved = await self.ledger.move_head(
                         ledger_id, to, state=state, expected_state=expected
                     )
-                    head = moved.head.position
+                    head = moved.head
                 else:
                     changed = await self.ledger.set_state(ledger_id, state, expected_state=expected)
-                    head = changed.head.position
+                    head = changed.head
         except ConflictError as error:
             raise ConversationConflict(cid) from error
         except NotFoundError as error:  # the head names an entry the store does not have
@@ -279,7 +283,9 @@ class LedgerConversationStore(ConversationStore):
             # Created by a concurrent first save: the revision check decides.
             return await self.ledger.conversation_by_key(conversation_id)
 
-    async def _fork(self, record: ConversationRecord, state: dict[str, Any]) -> tuple[str, int]:
+    async def _fork(
+        self, record: ConversationRecord, state: dict[str, Any]
+    ) -> tuple[str, Position]:
         """A fork's first record: a chatledger fork at its head entry, then its state."""
         if record.head_id is None:
             conv = await self._create(record.conversation_id)
@@ -290,7 +296,7 @@ class LedgerConversationStore(ConversationStore):
                 at.conversation_id, at=at.position, key=record.conversation_id
             )
         changed = await self.ledger.set_state(conv.id, state, expected_state={REVISION: None})
-        return conv.id, changed.head.position
+        return conv.id, changed.head
 
     async def _append(
         self,
@@ -299,7 +305,7 @@ class LedgerConversationStore(ConversationStore):
         new_entries: Sequence[ConversationEntry],
         state: dict[str, Any],
         expected: dict[str, Any],
-    ) -> int:
+    ) -> Position:
         """Append the new entries, and return where the head is then.
 
         Entries that extend the stored history go at the chatledger head only
@@ -328,7 +334,7 @@ class LedgerConversationStore(ConversationStore):
                     state=state,
                     expected_state=expected,
                 )
-                return appended.head.position
+                return appended.head
             except ConflictError as error:
                 if error.expected is None:  # the revision: another save came first
                     raise
@@ -337,24 +343,22 @@ class LedgerConversationStore(ConversationStore):
         appended = await self.ledger.append_messages(
             ledger_id, messages, ids=ids, after=after, state=state, expected_state=expected
         )
-        return appended.head.position
+        return appended.head
 
-    async def _ours(self, ledger_id: str, head_entry: str) -> int | None:
+    async def _ours(self, ledger_id: str, head_entry: str) -> Position | None:
         """The head's position when the last message at the head is `head_entry`."""
         conv = await self.ledger.conversation(ledger_id)
         last = await self.ledger.entries(ledger_id, last=1)
-        return conv.head.position if last and last[0].event_id == head_entry else None
+        return conv.head if last and last[0].event_id == head_entry else None
 
-    async def _after(self, ledger_id: str, entry_id: str | None) -> int | Position:
+    async def _after(self, _ledger_id: str, entry_id: str | None) -> int | Position:
         """Where the history that ends at `entry_id` (None: empty) ends in the log of
         the chatledger conversation `ledger_id`."""
         if entry_id is None:
             return 1  # position 1 of the head's lineage: the first conversation's creation
-        at = await self.ledger.entry(entry_id)
-        if at.conversation_id == ledger_id:
-            return at.position
-        # In the source of a fork: on the head's lineage, where the fork shares it.
-        return at.position.position
+        # Its own position, also for an entry of a fork's source: chatledger
+        # takes a position a fork shares with its source as one of the fork's.
+        return (await self.ledger.entry(entry_id)).position
 
 
 def _record(conv: Conversation) -> ConversationRecord | None:

@@ -89,6 +89,7 @@ WITH RECURSIVE c AS (
     SELECT id, head_branch_id, head_position, head_hash FROM c
     WHERE head_open
       AND (%(expected)s::int IS NULL OR head_position = %(expected)s::int)
+      AND (%(expected_branch)s::uuid IS NULL OR head_branch_id = %(expected_branch)s::uuid)
       AND (%(key)s::text IS NULL OR NOT EXISTS (
           SELECT 1 FROM chatledger_events k
           WHERE k.conversation_id = %(cid)s AND k.idempotency_key = %(key)s::text))
@@ -205,13 +206,15 @@ def append_postgres(
     named: Sequence[str] | None = None,
     state: str | None = None,
     expected_state: Mapping[str, Any] | None = None,
+    expected_branch: str | None = None,
 ) -> InPlace | None:
     """Append in place as one statement on an autocommit DB-API cursor, or
     return None having written nothing.
 
     Raises nothing for a missing conversation: the general path that follows
     reports it. `named`, `state` and `expected_state` are those of the general
-    path (`ids`, `state`, `expected_state`).
+    path (`ids`, `state`, `expected_state`); `expected_branch` is the branch of
+    an expected `Position`.
     """
     expected_text = None if expected_state is None else json.dumps(dict(expected_state))
     if expected_text is not None and "\\u0000" in expected_text:
@@ -224,6 +227,7 @@ def append_postgres(
                 "cid": conversation_id,
                 "tenant": tenant,
                 "expected": expected,
+                "expected_branch": expected_branch,
                 "key": idempotency_key,
                 "expected_state": expected_text,
                 "named": None if named is None else list(named),
@@ -270,6 +274,7 @@ class Append(Protocol):
         named: Sequence[str] | None = None,
         state: str | None = None,
         expected_state: Mapping[str, Any] | None = None,
+        expected_branch: str | None = None,
     ) -> InPlace | None: ...
 
 
@@ -320,6 +325,7 @@ def append_sqlite(
     named: Sequence[str] | None = None,
     state: str | None = None,
     expected_state: Mapping[str, Any] | None = None,
+    expected_branch: str | None = None,
 ) -> InPlace | None:
     """Append in place through a DB-API cursor inside the caller's `BEGIN IMMEDIATE`.
 
@@ -333,6 +339,8 @@ def append_sqlite(
         return None
     branch_id, start, previous = head[0], head[1], bytes(head[3])
     if expected is not None and start != expected:
+        return None
+    if expected_branch is not None and branch_id != expected_branch:
         return None
     if not state_holds(head[4], expected_state):
         return None

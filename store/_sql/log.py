@@ -631,6 +631,8 @@ def resolve_position(conn: Connection, conv: Conversation, at: int | Position | 
         raise AssertionError("a lineage covers every position up to its end")
     if isinstance(at, Position):
         check_int(at.position, "A position", minimum=0, maximum=MAX_INT32)
+        if conv.forked_from is not None and _before_the_fork(conn, conv, at):
+            return at  # the history a fork continues: its source's, up to the fork point
         branch = get_branch(conn, conv.tenant, conv.id, at.branch_id)
         first = (branch.parent.position if branch.parent else 0) + 1
         tip = branch_tip(conn, conv.id, branch.id)
@@ -641,6 +643,17 @@ def resolve_position(conn: Connection, conv: Conversation, at: int | Position | 
             )
         return at
     raise InvalidInputError(f"A position must be an int or a Position, not {type(at).__name__}.")
+
+
+def _before_the_fork(conn: Connection, conv: Conversation, at: Position) -> bool:
+    """Whether `at` lies on the lineage a fork continues, up to its fork point: a
+    position of its source (or the source's source), shared, not copied."""
+    assert conv.forked_from is not None
+    point = Position(conv.forked_from.branch_id, conv.forked_from.position)
+    return any(
+        branch_id == at.branch_id and first <= at.position <= last
+        for _, branch_id, first, last in projector.lineage(conn, point)
+    )
 
 
 # -- branches -----------------------------------------------------------------

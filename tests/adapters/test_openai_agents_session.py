@@ -224,3 +224,45 @@ async def test_a_run_that_another_run_wrote_past_is_refused(ledger_store: AsyncS
     await session.add_items([{"role": "user", "content": "third's"}], wrapper=third)
     await session.add_items([{"role": "user", "content": "outside a run"}])
     assert len(await session.get_items()) == 5
+
+
+async def test_a_run_notices_a_clear_or_rewind_that_leaves_the_same_position_number(
+    ledger_store: AsyncStore,
+) -> None:
+    ledger = ledger_store.tenant(f"agents-{uuid.uuid4().hex[:8]}")
+    session = ChatledgerSession("s", ledger)
+    await session.add_items([{"role": "user", "content": "m0"}, {"role": "user", "content": "m1"}])
+    for other in ("clear", "rewind"):
+        run = RunContextWrapper(context=None)
+        await session.get_items(wrapper=run)
+        meddler = ChatledgerSession("s", ledger)
+        if other == "clear":
+            await meddler.clear_session()
+        else:
+            await meddler.rewind(1)
+        with pytest.raises(ConflictError, match="changed since this run read it"):
+            await session.add_items([{"role": "user", "content": "run's"}], wrapper=run)
+        await session.add_items(
+            [{"role": "user", "content": "m0"}, {"role": "user", "content": "m1"}]
+        )
+
+
+async def test_a_runs_own_rewind_is_where_its_next_write_goes(ledger_store: AsyncStore) -> None:
+    session = ChatledgerSession("s", ledger_store.tenant(f"agents-{uuid.uuid4().hex[:8]}"))
+    await session.add_items([{"role": "user", "content": f"m{i}"} for i in range(3)])
+    run = RunContextWrapper(context=None)
+    await session.get_items(wrapper=run)
+    await session.rewind(2, wrapper=run)
+    await session.add_items([{"role": "user", "content": "run's"}], wrapper=run)
+    assert [i["content"] for i in await session.get_items()] == ["m0", "m1", "run's"]
+
+
+async def test_a_fork_of_an_empty_session_onto_a_taken_id_is_refused(
+    ledger_store: AsyncStore,
+) -> None:
+    ledger = ledger_store.tenant(f"agents-{uuid.uuid4().hex[:8]}")
+    await ChatledgerSession("taken", ledger).add_items([{"role": "user", "content": "its own"}])
+    with pytest.raises(ConflictError, match="exists already"):
+        await ChatledgerSession("never-written", ledger).fork("taken")
+    fresh = await ChatledgerSession("never-written", ledger).fork("new")
+    assert await fresh.get_items() == []

@@ -304,3 +304,66 @@ async def test_messages_appended_beside_the_store_do_not_enter_its_history(
         kept = await ledger.entries(conv.id, at=beside.head)
         assert kept[-1].message.content == "written beside the store"
         assert (await ledger.verify(conv.id)).ok
+
+
+async def fork_and_branch_back(store: ConversationStore) -> list[Any]:
+    """A fork that leaves its shared history, then branches back into it and goes on."""
+    runner, names = agent(), Names()
+    await store.save(await runner.run("c1", conversation=Conversation(conversation_id="c")))
+    fork = await store.fork("c", new_conversation_id="f")
+    left = await store.branch("f", at=0, expected_revision=fork.revision)
+    await store.save(await runner.run("on a branch", conversation=left))
+    record, loaded = await store.read_record("f"), await store.load("f")
+    assert record is not None and loaded is not None
+    back = await store.branch(
+        "f", from_entry=record.branches[-1], expected_revision=loaded.revision
+    )
+    await store.save(await runner.run("after coming back", conversation=back))
+    again = await store.load("f")
+    assert again is not None
+    return names(dumped(again.messages))
+
+
+async def test_a_fork_that_branches_back_into_its_source_goes_on_from_there(
+    ledger_store: LedgerConversationStore,
+) -> None:
+    expected = await fork_and_branch_back(InMemoryConversationStore())
+    assert await fork_and_branch_back(ledger_store) == expected
+
+
+async def test_a_head_moved_back_to_the_same_position_number_is_noticed(
+    database_url: str,
+) -> None:
+    """Another writer moves the chatledger head back two positions: its `head.moved`
+    lands at the same position number on a new branch; the store still notices."""
+    async with AsyncStore.open(database_url) as store:
+        ledger = store.tenant(f"aba-{uuid.uuid4().hex[:8]}")
+        conversations, runner = LedgerConversationStore(ledger), agent()
+        first = await runner.run("p1", conversation=Conversation(conversation_id="m"))
+        await conversations.save(first)
+        conv = await ledger.conversation_by_key("m")
+        moved = await ledger.move_head(conv.id, conv.head.position - 2)
+        assert moved.head.position == conv.head.position  # same number, another branch
+        second = await runner.run("p2", conversation=first.conversation)
+        await conversations.save(second)
+        loaded = await conversations.load("m")
+        assert loaded is not None and dumped(loaded.messages) == dumped(second.all_messages())
+
+
+async def test_a_fork_onto_a_deleted_conversations_id_is_a_conflict(
+    ledger_store: LedgerConversationStore,
+) -> None:
+    """chatledger keeps a deleted conversation's log under its id, so a fork cannot
+    take the id over (a save can: it starts a new history in that log)."""
+    runner = agent()
+    for cid in ("s", "d"):
+        await ledger_store.save(
+            await runner.run(cid, conversation=Conversation(conversation_id=cid))
+        )
+    await ledger_store.delete("d")
+    with pytest.raises(ConversationConflict):
+        await ledger_store.fork("s", new_conversation_id="d")
+    await ledger_store.save(
+        await runner.run("anew", conversation=Conversation(conversation_id="d"))
+    )
+    assert (await ledger_store.load("d")) is not None
