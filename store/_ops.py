@@ -109,10 +109,10 @@ class Operations:
             return create
         return replace(
             create,
-            postgres=lambda cursor: _log.create_conversation_postgres(
+            postgres=lambda cursor: _append.create_conversation_postgres(
                 cursor, tenant, conversation_id, meta_text, payload
             ),
-            sqlite=lambda cursor: _log.create_conversation_sqlite(
+            sqlite=lambda cursor: _append.create_conversation_sqlite(
                 cursor, tenant, conversation_id, meta_text, payload
             ),
         )

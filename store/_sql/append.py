@@ -44,8 +44,6 @@ from store._sql import chain as _chain
 from store._sql import entries as _entries
 from store._sql.dialect import sqlite_clock, sqlite_time
 from store._sql.log import (
-    SQLITE_NEW_BRANCH,
-    SQLITE_NEW_CONVERSATION,
     create_branch,
     create_conversation_event,
     event_from_row,
@@ -72,6 +70,8 @@ __all__ = [
     "check_expected",
     "create_append_postgres",
     "create_append_sqlite",
+    "create_conversation_postgres",
+    "create_conversation_sqlite",
     "event_ids",
     "key_conflict",
     "keyed_event",
@@ -459,6 +459,17 @@ class _Fresh:
     hashes: list[bytes]
 
 
+_SQLITE_NEW_CONVERSATION = (
+    "INSERT INTO chatledger_conversations (id, tenant, head_branch_id, head_position, "
+    "head_open, head_hash, created_at, metadata) VALUES (?, ?, ?, ?, 1, ?, ?, ?) "
+    "ON CONFLICT (id) DO NOTHING"
+)
+_SQLITE_NEW_BRANCH = (
+    "INSERT INTO chatledger_branches (id, conversation_id, reason, created_at) "
+    "VALUES (?, ?, 'root', ?)"
+)
+
+
 def _fresh(
     conversation_id: str,
     created: str,
@@ -472,7 +483,7 @@ def _fresh(
     kinds: list[str] = ["conversation.created", *(item.kind for item, _ in encoded)]
     origins: list[str] = ["client", *(item.origin for item, _ in encoded)]
     payloads = [created, *(text for _, text in encoded)]
-    keys = [None, key, *([None] * (len(encoded) - 1))]
+    keys = [None, *(key if i == 0 else None for i in range(len(encoded)))]
     hashes: list[bytes] = []
     previous = _chain.GENESIS
     last = len(ids)
@@ -572,12 +583,12 @@ def create_append_sqlite(
     now = sqlite_clock()
     at = sqlite_time(now)
     cursor.execute(
-        SQLITE_NEW_CONVERSATION,
+        _SQLITE_NEW_CONVERSATION,
         (conversation_id, tenant, fresh.branch_id, last, fresh.hashes[-1], at, meta_text),
     )
     if cursor.rowcount != 1:
         return None  # the conversation row comes first: nothing was written
-    cursor.execute(SQLITE_NEW_BRANCH, (fresh.branch_id, conversation_id, at))
+    cursor.execute(_SQLITE_NEW_BRANCH, (fresh.branch_id, conversation_id, at))
     params: list[object] = []
     for i in range(last):
         params += (
@@ -609,6 +620,50 @@ def create_append_sqlite(
         ids=fresh.ids[1:],
         written=[(first + i, i + 1, now, fresh.hashes[i]) for i in range(1, last)],
         created=_created_event(conversation_id, fresh, first, now),
+    )
+
+
+def create_conversation_postgres(
+    cursor: Any, tenant: str, conversation_id: str | None, meta_text: str, payload: str
+) -> Conversation | None:
+    """`create_conversation` of a root conversation: the create-append form with no
+    messages (one statement), or None having written nothing (the id is taken).
+    The inputs are checked already; `meta_text` and `payload` come from
+    `encode_root`. tests/test_fast_paths.py compares the rows with the general
+    path's."""
+    cid = conversation_id or new_id()
+    done = create_append_postgres(
+        cursor, tenant, cid, (meta_text, payload), [], run_id=None, idempotency_key=None
+    )
+    return _created_conversation(tenant, cid, done, meta_text)
+
+
+def create_conversation_sqlite(
+    cursor: Any, tenant: str, conversation_id: str | None, meta_text: str, payload: str
+) -> Conversation | None:
+    """`create_conversation_postgres` through a SQLite DB-API cursor inside the
+    caller's `BEGIN IMMEDIATE`."""
+    cid = conversation_id or new_id()
+    done = create_append_sqlite(
+        cursor, tenant, cid, (meta_text, payload), [], run_id=None, idempotency_key=None
+    )
+    return _created_conversation(tenant, cid, done, meta_text)
+
+
+def _created_conversation(
+    tenant: str, conversation_id: str, done: InPlace | None, meta_text: str
+) -> Conversation | None:
+    """The new root conversation, as `get_conversation` reads it back."""
+    if done is None or done.created is None:
+        return None
+    return Conversation(
+        id=conversation_id,
+        tenant=tenant,
+        head=Position(done.branch_id, 1),
+        head_open=True,
+        created_at=done.created.recorded_at,
+        metadata=json.loads(meta_text),
+        forked_from=None,
     )
 
 

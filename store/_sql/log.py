@@ -2,8 +2,9 @@
 
 Each function takes a `Connection` inside a transaction that the caller (the
 `Store`) began, so the sync and async stores share this code unchanged; the
-fast forms of `create_conversation` take a DB-API cursor, as the append's do
-(`store._sql.append`).
+fast forms of `create_conversation` are the append's create-append forms
+(`store._sql.append`), and the one-query `conversation_by_key` forms here take
+a DB-API cursor.
 Business rules that need no database (repair, identity) live in
 `store.history`; this module translates between rows and values.
 """
@@ -23,7 +24,7 @@ from store._checks import MAX_INT32, MAX_INT64, check_choice, check_int, check_l
 from store._errors import ConflictError, InvalidInputError, NotFoundError
 from store._sql import chain as _chain
 from store._sql import projector
-from store._sql.dialect import db_now, for_update, sqlite_clock, sqlite_time
+from store._sql.dialect import db_now, for_update
 from store._sql.translate import unique_violation
 from store._values import (
     Branch,
@@ -43,8 +44,6 @@ from store.schema import branches, conversations, events, runs
 __all__ = [
     "MAX_KEY_CHARS",
     "MAX_PAYLOAD_CHARS",
-    "SQLITE_NEW_BRANCH",
-    "SQLITE_NEW_CONVERSATION",
     "branch_tip",
     "check_key",
     "conversation_by_key_postgres",
@@ -53,8 +52,6 @@ __all__ = [
     "create_branch",
     "create_conversation",
     "create_conversation_event",
-    "create_conversation_postgres",
-    "create_conversation_sqlite",
     "encode_events",
     "encode_root",
     "fork",
@@ -350,154 +347,12 @@ def _created_payload(
     return payload
 
 
-# -- the fast forms of `create_conversation` (ADR 0007) ------------------------------
-#
-# They write exactly the rows the general path above writes for a new root
-# conversation (not a fork): the conversation row with its head (position 1,
-# open, the event's hash), the `root` branch, and the `conversation.created`
-# event at position 1 of it, hashed from the genesis hash (a root branch
-# continues nothing). No view rows: that event is not a message. Its hash
-# covers no time, so it is computed here, by the same `store._sql.chain`
-# functions as `insert_events`. The three rows share one reading of the clock.
-# A taken id writes nothing and returns None: the general path then raises its
-# `ConflictError`. A change to what creating a conversation writes must be
-# made in both places; tests/test_fast_paths.py compares the rows.
-
-_CREATE_POSTGRES = """
-WITH conv AS (
-    INSERT INTO chatledger_conversations (id, tenant, head_branch_id, head_position, head_open,
-                                          head_hash, created_at, metadata)
-    VALUES (%(cid)s::uuid, %(tenant)s, %(bid)s::uuid, 1, true, %(hash)s, clock_timestamp(),
-            %(meta)s)
-    ON CONFLICT (id) DO NOTHING
-    RETURNING created_at
-), branch AS (
-    INSERT INTO chatledger_branches (id, conversation_id, reason, created_at)
-    SELECT %(bid)s::uuid, %(cid)s::uuid, 'root', created_at FROM conv
-), created AS (
-    INSERT INTO chatledger_events (id, conversation_id, branch_id, position, kind, origin, head,
-                                   recorded_at, payload, hash)
-    SELECT %(eid)s::uuid, %(cid)s::uuid, %(bid)s::uuid, 1, 'conversation.created', 'client',
-           true, created_at, %(payload)s, %(hash)s
-    FROM conv
-)
-SELECT created_at FROM conv
-"""
-
-SQLITE_NEW_CONVERSATION = (
-    "INSERT INTO chatledger_conversations (id, tenant, head_branch_id, head_position, "
-    "head_open, head_hash, created_at, metadata) VALUES (?, ?, ?, ?, 1, ?, ?, ?) "
-    "ON CONFLICT (id) DO NOTHING"
-)
-"""A new root conversation's row (its head open), or nothing when the id is taken."""
-SQLITE_NEW_BRANCH = (
-    "INSERT INTO chatledger_branches (id, conversation_id, reason, created_at) "
-    "VALUES (?, ?, 'root', ?)"
-)
-_CREATE_SQLITE_EVENT = (
-    "INSERT INTO chatledger_events (id, conversation_id, branch_id, position, kind, origin, "
-    "head, recorded_at, payload, hash) "
-    "VALUES (?, ?, ?, 1, 'conversation.created', 'client', 1, ?, ?, ?)"
-)
-
-
 def encode_root(tenant: str, metadata: Any) -> tuple[str, str]:
     """A new root conversation's metadata and `conversation.created` payload as stored
-    text, checked (`InvalidInputError`) before any transaction begins."""
+    text, checked (`InvalidInputError`) before any transaction begins. The fast
+    forms of creating one are `store._sql.append`'s create-append forms."""
     meta_text = check_metadata(metadata)
     return meta_text, canonical_json(_created_payload(tenant, metadata, None))
-
-
-def _root_created(conversation_id: str, payload: str) -> tuple[str, str, bytes]:
-    """A new root conversation's branch id, event id and event hash."""
-    branch_id, event_id = new_id(), new_id()
-    content = _chain.content(
-        id=event_id,
-        conversation_id=conversation_id,
-        branch_id=branch_id,
-        position=1,
-        run_id=None,
-        kind="conversation.created",
-        origin="client",
-        head=True,
-        idempotency_key=None,
-        payload=payload,
-    )
-    return branch_id, event_id, _chain.link(_chain.GENESIS, content)
-
-
-def _created(
-    tenant: str, conversation_id: str, branch_id: str, created_at: datetime, meta_text: str
-) -> Conversation:
-    """The new root conversation, as `get_conversation` reads it back."""
-    return Conversation(
-        id=conversation_id,
-        tenant=tenant,
-        head=Position(branch_id, 1),
-        head_open=True,
-        created_at=utc(created_at),
-        metadata=json.loads(meta_text),
-        forked_from=None,
-    )
-
-
-def create_conversation_postgres(
-    cursor: Any,
-    tenant: str,
-    conversation_id: str | None,
-    meta_text: str,
-    payload: str,
-) -> Conversation | None:
-    """Create a root conversation as one statement on an autocommit DB-API cursor, or
-    return None having written nothing (the id is taken).
-
-    The inputs are checked already (`Operations.create_conversation`):
-    `conversation_id` is None or canonical; `meta_text` and `payload` come from
-    `encode_root`.
-    """
-    cid = conversation_id or new_id()
-    branch_id, event_id, event_hash = _root_created(cid, payload)
-    cursor.execute(
-        _CREATE_POSTGRES,
-        {
-            "cid": cid,
-            "tenant": tenant,
-            "bid": branch_id,
-            "eid": event_id,
-            "hash": event_hash,
-            "meta": meta_text,
-            "payload": payload,
-        },
-    )
-    row = cursor.fetchone()
-    if row is None:
-        return None
-    return _created(tenant, cid, branch_id, row[0], meta_text)
-
-
-def create_conversation_sqlite(
-    cursor: Any,
-    tenant: str,
-    conversation_id: str | None,
-    meta_text: str,
-    payload: str,
-) -> Conversation | None:
-    """Create a root conversation through a DB-API cursor inside the caller's
-    `BEGIN IMMEDIATE`, or return None having written nothing (the id is taken).
-
-    The inputs are checked already, as for `create_conversation_postgres`.
-    """
-    cid = conversation_id or new_id()
-    branch_id, event_id, event_hash = _root_created(cid, payload)
-    # The embedded database's clock is this host's: read once for the three rows.
-    now = sqlite_clock()
-    at = sqlite_time(now)
-    cursor.execute(SQLITE_NEW_CONVERSATION, (cid, tenant, branch_id, 1, event_hash, at, meta_text))
-    if cursor.rowcount != 1:
-        return None  # the conversation row comes first: nothing was written
-    cursor.execute(SQLITE_NEW_BRANCH, (branch_id, cid, at))
-    cursor.execute(_CREATE_SQLITE_EVENT, (event_id, cid, branch_id, at, payload, event_hash))
-    return _created(tenant, cid, branch_id, now, meta_text)
 
 
 MAX_KEY_CHARS = 512
