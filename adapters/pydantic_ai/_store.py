@@ -191,7 +191,7 @@ class LedgerConversationStore(ConversationStore):
                 if new_entries:
                     head = await self._append(ledger_id, seen, new_entries, state, expected)
                 elif record.head_id != (stored.head_id if stored is not None else None):
-                    to = await self._after(ledger_id, record.head_id)
+                    to = await self._after(record.head_id)
                     moved = await self.ledger.move_head(
                         ledger_id, to, state=state, expected_state=expected
                     )
@@ -339,7 +339,7 @@ class LedgerConversationStore(ConversationStore):
                 if error.expected is None:  # the revision: another save came first
                     raise
                 # Another writer moved the head: go after the parent entry instead.
-        after = await self._after(ledger_id, parent)
+        after = await self._after(parent)
         appended = await self.ledger.append_messages(
             ledger_id, messages, ids=ids, after=after, state=state, expected_state=expected
         )
@@ -351,9 +351,9 @@ class LedgerConversationStore(ConversationStore):
         last = await self.ledger.entries(ledger_id, last=1)
         return conv.head if last and last[0].event_id == head_entry else None
 
-    async def _after(self, _ledger_id: str, entry_id: str | None) -> int | Position:
-        """Where the history that ends at `entry_id` (None: empty) ends in the log of
-        the chatledger conversation `ledger_id`."""
+    async def _after(self, entry_id: str | None) -> int | Position:
+        """Where the history that ends at `entry_id` (None: empty) ends, as a position
+        of the conversation's log."""
         if entry_id is None:
             return 1  # position 1 of the head's lineage: the first conversation's creation
         # Its own position, also for an entry of a fork's source: chatledger

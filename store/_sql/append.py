@@ -76,7 +76,6 @@ __all__ = [
     "key_conflict",
     "keyed_event",
     "same_content",
-    "state_holds",
 ]
 
 _APPEND = """
@@ -284,14 +283,6 @@ def event_ids(named: Sequence[str] | None, count: int) -> list[str]:
     return given + [new_id() for _ in range(count - len(given))]
 
 
-def state_holds(state_text: str, expected: Mapping[str, Any] | None) -> bool:
-    """Whether each field of `expected` holds its value in the stored state (null: absent)."""
-    if expected is None:
-        return True
-    state = json.loads(state_text)
-    return all(_entries.json_equal(state.get(k), v) for k, v in expected.items())
-
-
 class CreateAppend(Protocol):
     """`create_append_postgres` and `create_append_sqlite`."""
 
@@ -342,7 +333,7 @@ def append_sqlite(
         return None
     if expected_branch is not None and branch_id != expected_branch:
         return None
-    if not state_holds(head[4], expected_state):
+    if expected_state is not None and _entries.changed_fields(json.loads(head[4]), expected_state):
         return None
     key = idempotency_key
     if key is not None:

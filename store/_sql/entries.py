@@ -41,6 +41,7 @@ from store.messages import load_messages
 from store.schema import conversations, event_ids, events, view_entries
 
 __all__ = [
+    "changed_fields",
     "check_ids",
     "check_state",
     "encode_state",
@@ -194,6 +195,13 @@ def encode_state(state: object, what: str = "state") -> str:
     return text
 
 
+def changed_fields(state: Mapping[str, Any], expected: Mapping[str, Any] | None) -> list[str]:
+    """The fields of `expected` that do not hold their value in `state` (null: absent)."""
+    if expected is None:
+        return []
+    return [k for k, v in expected.items() if not json_equal(state.get(k), v)]
+
+
 def json_equal(a: Any, b: Any) -> bool:
     """Whether two JSON values are equal as JSON: numbers by value (1 == 1.0), but a
     boolean only equals a boolean (Postgres's `jsonb` equality, which the fast
@@ -212,9 +220,7 @@ def json_equal(a: Any, b: Any) -> bool:
 def check_state(conv: Conversation, expected: Mapping[str, Any] | None) -> None:
     """The compare-and-set on state: each field of `expected` must hold its value now
     (a field given as None must be absent or null)."""
-    if expected is None:
-        return
-    differs = [k for k, v in expected.items() if not json_equal(conv.state.get(k), v)]
+    differs = changed_fields(conv.state, expected)
     if differs:
         fields = ", ".join(map(repr, differs))
         raise ConflictError(
