@@ -13,7 +13,15 @@ from store import __version__
 
 if _typing.TYPE_CHECKING:
     from engine._errors import Partial, RunError
-    from engine._values import Hit, Result, RunContext, Source
+    from engine._values import (
+        RESTRICTED,
+        Hit,
+        HitFilter,
+        Result,
+        RunContext,
+        Source,
+        drop_restricted,
+    )
     from engine.agent import Agent
     from engine.audit import RequestCheck, check_request, rebuild_request, rebuild_request_async
     from engine.providers import Model, ModelError, ModelRequest, ModelResponse, ToolSpec
@@ -24,11 +32,13 @@ _LAZY = {
     "Agent": "engine.agent",
     "Canceled": "engine.tools",
     "Hit": "engine._values",
+    "HitFilter": "engine._values",
     "Model": "engine.providers",
     "ModelError": "engine.providers",
     "ModelRequest": "engine.providers",
     "ModelResponse": "engine.providers",
     "Partial": "engine._errors",
+    "RESTRICTED": "engine._values",
     "RequestCheck": "engine.audit",
     "Result": "engine._values",
     "RunContext": "engine._values",
@@ -39,6 +49,7 @@ _LAZY = {
     "ToolResult": "engine.tools",
     "ToolSpec": "engine.providers",
     "check_request": "engine.audit",
+    "drop_restricted": "engine._values",
     "rebuild_request": "engine.audit",
     "rebuild_request_async": "engine.audit",
     "tool": "engine.tools",
@@ -61,15 +72,17 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 
-__all__ = [
+__all__ = [  # noqa: RUF022 (sorted as the test sorts: plain str order)
     "Agent",
     "Canceled",
     "Hit",
+    "HitFilter",
     "Model",
     "ModelError",
     "ModelRequest",
     "ModelResponse",
     "Partial",
+    "RESTRICTED",
     "RequestCheck",
     "Result",
     "RunContext",
@@ -81,6 +94,7 @@ __all__ = [
     "ToolSpec",
     "__version__",
     "check_request",
+    "drop_restricted",
     "rebuild_request",
     "rebuild_request_async",
     "tool",

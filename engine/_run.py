@@ -27,6 +27,8 @@ from engine._ledger import LedgerLike
 from engine._values import (
     Guard,
     Hit,
+    HitFilter,
+    MessageCallback,
     RequestOptions,
     Result,
     Retriever,
@@ -103,6 +105,9 @@ class RunAgent(RequestOptions, Protocol):
     def retriever(self) -> Retriever | None: ...
 
     @property
+    def context_filter(self) -> HitFilter | None: ...
+
+    @property
     def max_requests(self) -> int: ...
 
     @property
@@ -132,6 +137,7 @@ class Run:
         lease_seconds: float,
         *,
         on_delta: DeltaCallback | None = None,
+        on_message: MessageCallback | None = None,
         resumes: str | None = None,
     ) -> None:
         self.agent = agent
@@ -146,6 +152,7 @@ class Run:
         self.owner = owner
         self.lease_seconds = lease_seconds
         self.on_delta = on_delta
+        self.on_message = on_message
         self.conversation_id = ""
         self.cursor: RunCursor | None = None
         self.lock = asyncio.Lock()
@@ -329,7 +336,12 @@ class Run:
         if self.agent.retriever is not None:
             self.stage = "retrieval"
             hits = list(await _maybe_await(self.agent.retriever(self.prompt)))
-            self.sources += [Source("retrieval", h.id) for h in hits]
+            if self.agent.context_filter is not None:
+                hits = list(self.agent.context_filter(hits))
+            self.sources += [
+                Source("retrieval", h.id, text=h.text, classification=h.classification)
+                for h in hits
+            ]
         self.stage = "processor"
         return model_view(
             replayed,
@@ -492,6 +504,11 @@ class Run:
                     and turns
                 ):
                     self.turns += [e.message for e in events if e.message is not None]
+        if turns and self.on_message is not None:
+            # Only what the log acknowledged is announced.
+            for event in events:
+                if event.message is not None:
+                    await _maybe_await(self.on_message(event.message))
 
     def _stamp(self, message: Message) -> Message:
         return message.model_copy(

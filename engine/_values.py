@@ -19,17 +19,30 @@ from engine.tools import Tool
 from store import Message, Usage
 
 __all__ = [
+    "RESTRICTED",
     "Guard",
     "Hit",
+    "HitFilter",
     "Instructions",
+    "MessageCallback",
     "RequestOptions",
     "Result",
     "Retriever",
     "RunContext",
     "Source",
     "context_block",
+    "drop_restricted",
     "model_request",
 ]
+
+RESTRICTED = "RESTRICTED"
+"""The classification of content that must never leave for a model or a caller.
+
+`drop_restricted` removes it wherever content leaves: an `Agent`'s default
+`context_filter` (before the model) and the ask service's source filter
+(before the caller). The comparison ignores case, so a retriever that writes
+`restricted` is not let through by a spelling.
+"""
 
 
 @dataclass(frozen=True)
@@ -48,6 +61,17 @@ class Hit:
     id: str
     text: str
     metadata: dict[str, Any] = field(default_factory=dict)
+    classification: str | None = None
+    """The content's sensitivity label, as the retriever's source gives it.
+
+    `RESTRICTED` (any case) content is dropped by `drop_restricted`, which an
+    `Agent` applies before the model sees any hit.
+    """
+
+    @property
+    def restricted(self) -> bool:
+        """Whether the hit is classified `RESTRICTED`."""
+        return is_restricted(self.classification)
 
 
 @dataclass(frozen=True)
@@ -61,6 +85,15 @@ class Source:
     ref: str
     name: str | None = None
     failed: bool = False
+    text: str | None = None
+    """A retrieval hit's text (what the model was given); `None` for a tool."""
+    classification: str | None = None
+    """A retrieval hit's classification, as its `Hit` carried it."""
+
+    @property
+    def restricted(self) -> bool:
+        """Whether the source is a hit classified `RESTRICTED`."""
+        return is_restricted(self.classification)
 
 
 @dataclass(frozen=True)
@@ -87,11 +120,27 @@ class Result:
 Instructions = Callable[[RunContext], str | Awaitable[str]]
 """Dynamic instructions: resolved once per run from what the run is about."""
 
+MessageCallback = Callable[[Message], Awaitable[None] | None]
+"""Receives each message a run records (model turns, tool results), once it is in the log."""
+
 Guard = Callable[[str], Awaitable[None] | None]
 """Screens a prompt before anything is written; raising rejects it."""
 
 Retriever = Callable[[str], Iterable[Hit] | Awaitable[Iterable[Hit]]]
 """Finds evidence for a prompt; the hits become context and sources."""
+
+HitFilter = Callable[[Sequence[Hit]], Iterable[Hit]]
+"""Chooses which retrieval hits may reach the model (an `Agent`'s `context_filter`)."""
+
+
+def is_restricted(classification: str | None) -> bool:
+    """Whether `classification` is `RESTRICTED`, in any case and without surrounding blanks."""
+    return classification is not None and classification.strip().upper() == RESTRICTED
+
+
+def drop_restricted(hits: Sequence[Hit]) -> list[Hit]:
+    """The hits not classified `RESTRICTED`, in their order: the default `context_filter`."""
+    return [h for h in hits if not h.restricted]
 
 
 def context_block(hits: Sequence[Hit]) -> str:

@@ -20,7 +20,18 @@ from typing import Any
 
 from engine._ledger import as_async
 from engine._run import Run
-from engine._values import Guard, Hit, Instructions, Result, Retriever, RunContext, Source
+from engine._values import (
+    Guard,
+    Hit,
+    HitFilter,
+    Instructions,
+    MessageCallback,
+    Result,
+    Retriever,
+    RunContext,
+    Source,
+    drop_restricted,
+)
 from engine.providers import DeltaCallback, Model
 from engine.tools import Tool
 from store import AsyncLedger, HistoryProcessor, Ledger, Message
@@ -50,6 +61,9 @@ class Agent:
             rejects the run with `RunError` at stage `guard`.
         retriever: sees only the current prompt; its hits are given to the
             model as context and become the result's retrieval sources.
+        context_filter: chooses which hits reach the model and the sources;
+            by default `drop_restricted`, so content classified `RESTRICTED`
+            never leaves for the model. `None` lets every hit through.
         max_requests: the bound on model requests in one run.
         max_invalid_calls: how many invalid tool calls the model may correct.
     """
@@ -64,6 +78,7 @@ class Agent:
         history_processor: HistoryProcessor | None = None,
         guard: Guard | None = None,
         retriever: Retriever | None = None,
+        context_filter: HitFilter | None = drop_restricted,
         max_requests: int = 25,
         max_invalid_calls: int = 3,
         tool_choice: str | None = None,
@@ -76,6 +91,7 @@ class Agent:
         self.history_processor = history_processor
         self.guard = guard
         self.retriever = retriever
+        self.context_filter = context_filter
         self.max_requests = max_requests
         self.max_invalid_calls = max_invalid_calls
         self.tool_choice = tool_choice
@@ -137,12 +153,18 @@ class Agent:
         conversation_id: str | None = None,
         *,
         on_delta: DeltaCallback,
+        on_message: MessageCallback | None = None,
         history: Sequence[tuple[str, str]] | None = None,
         run_id: str | None = None,
         owner: str = "agent",
         lease_seconds: float = 60.0,
     ) -> Result:
-        """`run_async`, streaming each model response's deltas to `on_delta`."""
+        """`run_async`, streaming each model response's deltas to `on_delta`.
+
+        `on_message` receives each message the run records (a model turn with
+        its tool calls, a tool result), after the log has it: a stream built
+        from it never shows what a crash could lose.
+        """
         return await Run(
             self,
             as_async(ledger),
@@ -153,6 +175,7 @@ class Agent:
             owner,
             lease_seconds,
             on_delta=on_delta,
+            on_message=on_message,
         ).execute()
 
     async def run_with_history_async(

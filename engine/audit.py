@@ -81,13 +81,14 @@ def rebuild_request(
             processor).
         instructions: the instructions the run resolved; default the agent's
             static instructions (required when it has `instructions_fn`).
-        hits: the retrieval hits the run was given, for an agent with a retriever.
+        hits: the retrieval hits the run was given, for an agent with a
+            retriever (the agent's `context_filter` is applied, as the run did).
     """
     recorded = ledger.audit.model_request(
         run_id,
         request,
         instructions=_instructions(agent, instructions),
-        context=context_block(hits),
+        context=context_block(_given(agent, hits)),
         history_processor=agent.history_processor,
     )
     return check_request(recorded, agent)
@@ -107,10 +108,15 @@ async def rebuild_request_async(
         run_id,
         request,
         instructions=_instructions(agent, instructions),
-        context=context_block(hits),
+        context=context_block(_given(agent, hits)),
         history_processor=agent.history_processor,
     )
     return check_request(recorded, agent)
+
+
+def _given(agent: Agent, hits: Sequence[Hit]) -> list[Hit]:
+    """The hits the model was given: the retriever's, through the agent's `context_filter`."""
+    return list(hits if agent.context_filter is None else agent.context_filter(list(hits)))
 
 
 def _instructions(agent: Agent, given: str | None) -> str:

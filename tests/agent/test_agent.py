@@ -428,3 +428,45 @@ def test_a_failure_whose_text_holds_a_nul_is_recorded(ledger: Ledger) -> None:
     run = ledger.run(caught.value.run_id)
     assert run.status == "failed" and run.error is not None
     assert "bad\ufffdbyte" in run.error
+
+
+@pytest.mark.parametrize("label", ["RESTRICTED", "restricted", " Restricted "])
+def test_restricted_hits_never_reach_the_model_or_the_sources(ledger: Ledger, label: str) -> None:
+    marker = f"marker-{new_id()}"
+    hits = [Hit("open-1", "Oslo is in Norway."), Hit("secret-1", marker, classification=label)]
+    leaky = Agent(ScriptedModel(["ok"]), retriever=lambda _: hits, context_filter=None)
+    shown = leaky.run(ledger, "where is Oslo?")
+    # Without the filter the marker does reach the model and the sources: the
+    # check below can fail.
+    assert marker in leaky.model.requests[0].body.decode()
+    assert [s.ref for s in shown.sources] == ["open-1", "secret-1"]
+    assert shown.sources[1].restricted and shown.sources[1].text == marker
+
+    agent = Agent(ScriptedModel(["ok"]), retriever=lambda _: hits)
+    result = agent.run(ledger, "where is Oslo?")
+    assert marker not in agent.model.requests[0].body.decode()
+    assert "Oslo is in Norway." in agent.model.requests[0].body.decode()
+    assert [(s.ref, s.text, s.restricted) for s in result.sources] == [
+        ("open-1", "Oslo is in Norway.", False)
+    ]
+    assert all(marker not in json.dumps(e.payload) for e in ledger.events(run_id=result.run_id))
+
+
+def test_rebuild_applies_the_agents_context_filter(ledger: Ledger) -> None:
+    from engine import rebuild_request
+
+    hits = [Hit("a", "open text"), Hit("b", "closed text", classification="RESTRICTED")]
+    agent = Agent(ScriptedModel(["ok"]), retriever=lambda _: hits)
+    result = agent.run(ledger, "q")
+    assert rebuild_request(ledger, result.run_id, 1, agent, hits=hits).matches
+
+
+def test_on_message_announces_each_recorded_message_in_log_order(ledger: Ledger) -> None:
+    announced: list[Message] = []
+    result = weather_agent().run_stream(
+        ledger, "Weather?", on_delta=lambda _: None, on_message=announced.append
+    )
+    assert [m.role for m in announced] == ["assistant", "tool", "tool", "assistant"]
+    assert announced == result.new_messages[1:]
+    recorded = [e.message for e in ledger.events(run_id=result.run_id) if e.message is not None]
+    assert announced == recorded[1:]
