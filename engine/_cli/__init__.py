@@ -162,6 +162,23 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default=os.environ.get("CHATLEDGER_MODEL", "gpt-4o-mini"))
     p.add_argument("--conversation", help="continue this conversation")
 
+    p = command(
+        "serve", "_serve:serve", "serve /v1/ask and the read endpoints over HTTP", common
+    )
+    p.add_argument("--agent", required=True, help="the agent, as module:attribute")
+    p.add_argument(
+        "--keys",
+        default=os.environ.get("CHATLEDGER_API_KEYS_FILE"),
+        help="the API key file (default: $CHATLEDGER_API_KEYS_FILE, else $CHATLEDGER_API_KEYS "
+        "holds its JSON)",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="the address to listen on")
+    p.add_argument("--port", type=_count(0, 65535), default=8000, help="the port (0: any free)")
+
+    p = command("api-key", "_serve:api_key", "make an API key for a tenant of `serve`")
+    p.add_argument("tenant", help="the tenant the key opens")
+    p.add_argument("--keys", help="add the key's digest to this key file (created if missing)")
+
     _add_audit(sub, common, tenant, output)
     return parser
 

@@ -1,0 +1,60 @@
+"""`chatledger serve` and `chatledger api-key`: the ask service on uvicorn.
+
+The service lives in the `service` package, installed by the extra
+`chatledger[serve]`; without it, both commands say how to install it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from engine._cli._common import UsageError, load_agent, open_store, where
+
+__all__ = ["api_key", "serve"]
+
+_INSTALL = "The ask service needs its extra: pip install 'chatledger[serve]'."
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Serve the agent named by `--agent` on the database until interrupted."""
+    try:
+        import uvicorn
+
+        from service import ApiKeys, create_app
+    except ImportError as error:
+        raise UsageError(f"{_INSTALL} ({error})") from error
+    agent = load_agent(args.agent)
+    keys = ApiKeys.load(args.keys)
+    store = open_store(args)  # refuses a database that is not migrated, before listening
+    url = store.engine.url.render_as_string(hide_password=False)
+    print(f"chatledger: serving {args.agent} on {where(store)} for {len(keys)} API key(s)")
+    store.close()
+    app = create_app(agent, url, keys=keys)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="info")
+    return 0
+
+
+def api_key(args: argparse.Namespace) -> int:
+    """Print a new key for `tenant` once, and its digest entry (added to `--keys`)."""
+    try:
+        from service import key_digest, new_api_key
+    except ImportError as error:
+        raise UsageError(f"{_INSTALL} ({error})") from error
+    if not args.tenant.strip():
+        raise UsageError("api-key takes a tenant name, not an empty string.")
+    key = new_api_key()
+    digest = key_digest(key)
+    if args.keys:
+        path = Path(args.keys)
+        entries = json.loads(path.read_text()) if path.exists() else {}
+        if not isinstance(entries, dict):
+            raise UsageError(f"{path} is not a key file: it must hold a JSON object.")
+        entries[digest] = args.tenant
+        path.write_text(json.dumps(entries, indent=2) + "\n")
+        print(f"key:   {key}\nadded: {digest} -> {args.tenant} in {path}")
+    else:
+        print(f"key:   {key}\nentry: {json.dumps({digest: args.tenant})}")
+    print("The key is shown once; keep it. The key file holds only its digest.")
+    return 0

@@ -1,0 +1,22 @@
+"""chatledger's ask service: `/v1/ask` and `/v1/ask/stream` over the engine.
+
+Install with `pip install 'chatledger[serve]'`; run with `chatledger serve
+--agent module:attribute --keys keys.json`, or mount `create_app(...)` in
+any ASGI server.
+"""
+
+from service._app import SourceFilter, create_app, drop_restricted_sources
+from service._keys import KEYS_ENV, ApiKeys, key_digest, new_api_key
+from service._models import AskRequest, AskResponse
+
+__all__ = [
+    "KEYS_ENV",
+    "ApiKeys",
+    "AskRequest",
+    "AskResponse",
+    "SourceFilter",
+    "create_app",
+    "drop_restricted_sources",
+    "key_digest",
+    "new_api_key",
+]

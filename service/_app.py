@@ -1,0 +1,311 @@
+"""The ask service: an ASGI application over an agent and a store.
+
+    POST /v1/ask                            answer a question (JSON)
+    POST /v1/ask/stream                     answer it as Server-Sent Events
+    GET  /v1/conversations/{id}             a conversation
+    GET  /v1/conversations/{id}/messages    its head history (or at a position)
+    GET  /v1/conversations/{id}/runs        its runs, newest first
+    POST /v1/conversations/{id}/forks       fork it at a position
+    GET  /v1/runs/{id}                      one run and its timeline of events
+    GET  /healthz, /openapi.json, /docs     open, without a key
+
+Every `/v1` request carries an API key, which chooses its tenant
+(`service._boundary`); no route takes a tenant from the request. Content
+classified RESTRICTED leaves neither for the model (the agent's
+`context_filter`) nor for the caller (`source_filter`, applied to every
+answer's sources, streamed or not).
+"""
+
+
+import asyncio
+import functools
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Sequence
+from contextlib import asynccontextmanager
+from typing import Annotated, Any
+
+from fastapi import Body, Depends, FastAPI, Query, Request, Security
+from fastapi.security import HTTPBearer
+from pydantic import TypeAdapter
+from sse_starlette import EventSourceResponse
+from starlette.responses import JSONResponse, Response
+
+from engine import Agent, Result, RunError, Source
+from service._boundary import TENANT_SCOPE_KEY, Boundary
+from service._errors import (
+    error_response,
+    install_error_handlers,
+    run_error_detail,
+    status_of_stage,
+)
+from service._keys import ApiKeys
+from service._models import AskRequest, AskResponse, ErrorBody, ForkRequest, ForkResponse
+from service._stream import RunStream, drive
+from store import (
+    AsyncLedger,
+    AsyncStore,
+    ChatledgerError,
+    Conversation,
+    Event,
+    Run,
+    __version__,
+    new_id,
+)
+
+__all__ = ["SourceFilter", "create_app", "drop_restricted_sources"]
+
+SourceFilter = Callable[[Sequence[Source]], Iterable[Source]]
+"""Chooses which of a run's sources may be returned to the caller."""
+
+DEFAULT_MAX_BODY_BYTES = 1 << 20
+
+
+def drop_restricted_sources(sources: Sequence[Source]) -> list[Source]:
+    """The sources that are not hits classified RESTRICTED: the default `source_filter`."""
+    return [s for s in sources if not s.restricted]
+
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody, "description": text}
+    for status, text in {
+        401: "No valid API key.",
+        404: "No such conversation or run for the key's tenant.",
+        413: "The body is over the service's limit.",
+        422: "The request is malformed, or the guard refused the question.",
+        500: "The run failed; `resume` names the run to resume.",
+        502: "The model failed; `resume` names the run to resume.",
+    }.items()
+}
+
+
+@functools.cache
+def _adapter(of: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(of)
+
+
+def _json(value: Any, of: Any) -> Any:
+    """A store value as chatledger's JSON (camelCase keys, as the CLI prints it)."""
+    return _adapter(of).dump_python(value, mode="json", by_alias=True)
+
+
+def create_app(
+    agent: Agent,
+    store: AsyncStore | str,
+    *,
+    keys: ApiKeys,
+    source_filter: SourceFilter | None = drop_restricted_sources,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    new_run_id: Callable[[], str] = new_id,
+) -> FastAPI:
+    """The ask service's ASGI application.
+
+    Args:
+        agent: the agent every question runs on.
+        store: an open `AsyncStore` (the caller closes it), or a database URL
+            the application opens at startup and closes at shutdown.
+        keys: the API keys and the tenant each opens.
+        source_filter: chooses which sources an answer returns; by default
+            `drop_restricted_sources`. `None` returns every source.
+        max_body_bytes: the largest request body read (413 beyond).
+        new_run_id: mints each run's id.
+    """
+    service = _Service(agent, store, source_filter, new_run_id)
+    app = FastAPI(
+        title="chatledger ask service",
+        version=__version__,
+        description=(
+            "Questions answered by an agent over chatledger's event log, with the "
+            "conversation's history, its runs and their timelines. Every /v1 request "
+            "carries `Authorization: Bearer <key>`; the key chooses the tenant."
+        ),
+        lifespan=service.lifespan,
+    )
+    install_error_handlers(app)
+    app.add_middleware(Boundary, keys=keys, max_body_bytes=max_body_bytes)
+    bearer = HTTPBearer(auto_error=False, description="An API key of the service's key file.")
+
+    async def ledger(
+        request: Request, _key: Annotated[Any, Security(bearer)] = None
+    ) -> AsyncLedger:
+        return service.store.tenant(request.scope[TENANT_SCOPE_KEY])
+
+    Ledger_ = Annotated[AsyncLedger, Depends(ledger)]
+
+    @app.get("/healthz", include_in_schema=False)
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.post("/v1/ask", response_model=AskResponse, responses=_ERRORS, tags=["ask"])
+    async def ask(request: AskRequest, ledger: Ledger_) -> Response:
+        """Answer a question; the run is recorded before the answer is returned."""
+        run_id = service.new_run_id()
+        try:
+            result = await agent.run_async(
+                ledger,
+                request.question,
+                request.conversation_id,
+                history=request.history,
+                run_id=run_id,
+                owner="serve",
+            )
+        except RunError as error:
+            detail = await service.failure(ledger, error)
+            return error_response(status_of_stage(error.stage), detail.pop("message"), **detail)
+        return Response(service.answer(result).model_dump_json(), media_type="application/json")
+
+    @app.post(
+        "/v1/ask/stream",
+        responses={
+            200: {"content": {"text/event-stream": {}}, "description": "The run's events."},
+            **_ERRORS,
+        },
+        response_class=EventSourceResponse,
+        tags=["ask"],
+    )
+    async def ask_stream(request: AskRequest, ledger: Ledger_) -> EventSourceResponse:
+        """Answer a question as Server-Sent Events: start, delta, tool_call, tool_result,
+        then answer or error. Closing the connection cancels the run; its partial is kept
+        and can be resumed."""
+        if request.conversation_id is not None:
+            await ledger.conversation(request.conversation_id)  # 404 before the stream
+        stream = RunStream(service.new_run_id(), request.conversation_id)
+        task = service.spawn(
+            drive(
+                stream,
+                agent,
+                ledger,
+                request.question,
+                request.conversation_id,
+                request.history,
+                answer=lambda result: service.answer(result).model_dump(mode="json"),
+                failure=functools.partial(service.failure, ledger),
+                refusal=_refusal,
+            )
+        )
+        return EventSourceResponse(stream.events(task), ping=15)
+
+    @app.get("/v1/conversations/{conversation_id}", tags=["read"], responses=_ERRORS)
+    async def conversation(conversation_id: str, ledger: Ledger_) -> JSONResponse:
+        """A conversation: its head and where it came from."""
+        return JSONResponse(_json(await ledger.conversation(conversation_id), Conversation))
+
+    @app.get("/v1/conversations/{conversation_id}/messages", tags=["read"], responses=_ERRORS)
+    async def messages(
+        conversation_id: str,
+        ledger: Ledger_,
+        at: Annotated[int | None, Query(ge=1, description="A position; default the head.")] = None,
+    ) -> JSONResponse:
+        """The conversation's history at its head (or at a position of the head's lineage), repaired."""
+        history = await ledger.history(conversation_id, at=at)
+        return JSONResponse(
+            {
+                "conversation_id": conversation_id,
+                "messages": [m.model_dump(mode="json", exclude_defaults=True) for m in history],
+            }
+        )
+
+    @app.get("/v1/conversations/{conversation_id}/runs", tags=["read"], responses=_ERRORS)
+    async def runs(
+        conversation_id: str,
+        ledger: Ledger_,
+        limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    ) -> JSONResponse:
+        """The conversation's runs, newest first."""
+        await ledger.conversation(conversation_id)  # a missing one is a 404, not an empty list
+        found = await ledger.runs(conversation_id=conversation_id, limit=limit)
+        return JSONResponse({"runs": _json(found, list[Run])})
+
+    @app.post(
+        "/v1/conversations/{conversation_id}/forks",
+        status_code=201,
+        response_model=ForkResponse,
+        tags=["read"],
+        responses=_ERRORS,
+    )
+    async def fork(
+        conversation_id: str,
+        ledger: Ledger_,
+        body: Annotated[ForkRequest | None, Body()] = None,
+    ) -> ForkResponse:
+        """Fork the conversation at a position (default its head): a new conversation
+        that shares the history up to there, without copying it."""
+        forked = await ledger.fork(conversation_id, at=body.at if body else None)
+        return ForkResponse(conversation_id=forked.id, forked_from=conversation_id)
+
+    @app.get("/v1/runs/{run_id}", tags=["read"], responses=_ERRORS)
+    async def run(run_id: str, ledger: Ledger_) -> JSONResponse:
+        """One run and its timeline: every event it recorded, in order."""
+        found = await ledger.run(run_id)
+        events = await ledger.events(run_id=run_id)
+        return JSONResponse({"run": _json(found, Run), "events": _json(events, list[Event])})
+
+    return app
+
+
+def _refusal(error: ChatledgerError) -> dict[str, Any]:
+    return {"type": "refused", "message": " ".join(str(error).split())}
+
+
+class _Service:
+    """What the routes share: the store, the runs in flight, the exit filter."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        store: AsyncStore | str,
+        source_filter: SourceFilter | None,
+        new_run_id: Callable[[], str],
+    ) -> None:
+        self.agent = agent
+        self.url = store if isinstance(store, str) else None
+        self._store = store if isinstance(store, AsyncStore) else None
+        self.source_filter = source_filter
+        self.new_run_id = new_run_id
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def store(self) -> AsyncStore:
+        if self._store is None:
+            raise RuntimeError("The service's store opens at startup; run the app's lifespan.")
+        return self._store
+
+    @asynccontextmanager
+    async def lifespan(self, _app: FastAPI) -> AsyncIterator[None]:
+        if self.url is not None:
+            self._store = AsyncStore.open(self.url)
+            await self._store.check_schema()
+        try:
+            yield
+        finally:
+            # Runs whose clients went away finish recording before the store closes.
+            for task in list(self.tasks):
+                task.cancel()
+            await asyncio.gather(*self.tasks, return_exceptions=True)
+            if self.url is not None and self._store is not None:
+                await self._store.close()
+                self._store = None
+
+    def spawn(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(work)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return task
+
+    def answer(self, result: Result) -> AskResponse:
+        """The response of a completed run: its sources through the exit filter."""
+        sources = result.sources
+        if self.source_filter is not None:
+            sources = list(self.source_filter(sources))
+        return AskResponse.of(result, sources)
+
+    async def failure(self, ledger: AsyncLedger, error: RunError) -> dict[str, Any]:
+        """The error fields of a failed run; `resume` only if the log holds a run to resume."""
+        try:
+            recorded = await ledger.run(error.run_id)
+            resumable = recorded.status in ("failed", "canceled")
+        except ChatledgerError:
+            resumable = False
+        return {
+            "type": "run_failed",
+            "message": " ".join(str(error).split()),
+            **{k: v for k, v in run_error_detail(error, resumable).items() if v is not None},
+        }

@@ -1,0 +1,110 @@
+"""The service's boundary, before any route runs: body size and API keys.
+
+Both are plain ASGI middleware so they answer before the framework reads or
+parses a body: a 10 MB question is refused while it streams in, and a request
+without a valid key learns nothing else about itself (not even that its
+JSON is malformed). The tenant a key opens is put in the request's scope;
+no route takes a tenant from anywhere else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from starlette.exceptions import HTTPException
+
+from service._errors import error_response
+from service._keys import ApiKeys
+
+__all__ = ["TENANT_SCOPE_KEY", "Boundary"]
+
+TENANT_SCOPE_KEY = "chatledger.tenant"
+"""Where the boundary leaves the tenant of the request's key, in the ASGI scope."""
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+_OPEN = ("/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc", "/healthz")
+
+
+class _TooLarge(HTTPException):
+    """A body that grew past the limit while it was read.
+
+    An `HTTPException`, so that the framework, which turns other errors of a
+    body read into a 400, passes it on to the 413 handler.
+    """
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, _too_large_text(limit))
+
+
+def _too_large_text(limit: int) -> str:
+    return (
+        f"The body is over {limit:,} bytes, the service's limit; nothing was read or "
+        f"written. Send a shorter question or history."
+    )
+
+
+class Boundary:
+    """Refuse bodies over `max_body_bytes` (413) and requests without a known key (401)."""
+
+    def __init__(self, app: ASGIApp, *, keys: ApiKeys, max_body_bytes: int) -> None:
+        self.app = app
+        self.keys = keys
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in _OPEN:
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        tenant = self._tenant(headers.get("authorization", ""))
+        if tenant is None:
+            await error_response(
+                401,
+                "The request has no valid API key: send 'Authorization: Bearer <key>' with a "
+                "key the service's key file lists.",
+                headers={"WWW-Authenticate": "Bearer"},
+            )(scope, receive, send)
+            return
+        declared = headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+            await self._too_large(scope, receive, send)
+            return
+        scope[TENANT_SCOPE_KEY] = tenant
+        received = 0
+        started = False
+
+        async def counted() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_body_bytes:
+                    raise _TooLarge(self.max_body_bytes)
+            return message
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, counted, tracked)
+        except _TooLarge:
+            if started:
+                raise
+            await self._too_large(scope, receive, send)
+
+    def _tenant(self, authorization: str) -> str | None:
+        scheme, _, key = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not key.strip():
+            return None
+        return self.keys.tenant(key.strip())
+
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await error_response(413, _too_large_text(self.max_body_bytes))(scope, receive, send)

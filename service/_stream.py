@@ -1,0 +1,117 @@
+"""A run as Server-Sent Events: what `/v1/ask/stream` sends, in order.
+
+    start        {run_id, conversation_id}       the run's ids (the conversation's once known)
+    delta        {text}                          a fragment of the model's text
+    tool_call    {id, name, arguments}           a call the model made (once recorded)
+    tool_result  {call_id, name, content, failed} a tool's result (once recorded)
+    answer       {AskResponse}                   the completed run, sources filtered
+    error        {ErrorDetail}                   where the run stopped and what to resume
+
+The run works in its own task, apart from the response: a client that goes
+away cancels it (the run records `run.canceled` at stage `disconnect`, its
+partial kept and resumable), and nothing the run has recorded is lost
+because a socket closed. Tool calls and results are sent only once the log
+has them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any
+
+from sse_starlette import ServerSentEvent
+
+from engine import Agent, Result, RunError
+from engine.providers import Delta
+from store import AsyncLedger, ChatledgerError, Message
+
+__all__ = ["RunStream"]
+
+_END = object()
+
+
+class RunStream:
+    """The events of one streamed run, fed by the run's callbacks, read by the response."""
+
+    def __init__(self, run_id: str, conversation_id: str | None) -> None:
+        self.queue: asyncio.Queue[Any] = asyncio.Queue()
+        self.run_id = run_id
+        self.put("start", {"run_id": run_id, "conversation_id": conversation_id})
+
+    def put(self, event: str, data: dict[str, Any]) -> None:
+        self.queue.put_nowait((event, data))
+
+    def on_delta(self, delta: Delta) -> None:
+        if delta.kind == "text" and delta.text:
+            self.put("delta", {"text": delta.text})
+
+    def on_message(self, message: Message) -> None:
+        if message.role == "assistant":
+            for call in message.tool_calls:
+                self.put(
+                    "tool_call", {"id": call.id, "name": call.name, "arguments": call.arguments}
+                )
+        elif message.role == "tool":
+            self.put(
+                "tool_result",
+                {
+                    "call_id": message.tool_call_id,
+                    "name": message.tool_name,
+                    "content": message.text,
+                    "failed": bool(message.failed),
+                },
+            )
+
+    def close(self) -> None:
+        self.queue.put_nowait(_END)
+
+    async def events(
+        self, task: asyncio.Task[None]
+    ) -> AsyncIterator[ServerSentEvent]:
+        """The events until the run ends; leaving early (a disconnect) cancels the run."""
+        try:
+            while True:
+                item = await self.queue.get()
+                if item is _END:
+                    return
+                event, data = item
+                yield ServerSentEvent(data=json.dumps(data, ensure_ascii=False), event=event)
+        finally:
+            if not task.done():
+                task.cancel()
+
+
+async def drive(
+    stream: RunStream,
+    agent: Agent,
+    ledger: AsyncLedger,
+    question: str,
+    conversation_id: str | None,
+    history: list[tuple[str, str]] | None,
+    *,
+    answer: Callable[[Result], dict[str, Any]],
+    failure: Callable[[RunError], Coroutine[Any, Any, dict[str, Any]]],
+    refusal: Callable[[ChatledgerError], dict[str, Any]],
+) -> None:
+    """Run the agent, feeding `stream`; end it with an `answer` or an `error` event."""
+    try:
+        result = await agent.run_stream_async(
+            ledger,
+            question,
+            conversation_id,
+            on_delta=stream.on_delta,
+            on_message=stream.on_message,
+            history=history,
+            run_id=stream.run_id,
+            owner="serve",
+        )
+    except RunError as error:
+        stream.put("error", await failure(error))
+    except ChatledgerError as error:  # refused before the run began
+        stream.put("error", refusal(error))
+    else:
+        stream.put("answer", answer(result))
+    finally:
+        stream.close()
