@@ -35,6 +35,7 @@ from service._errors import (
     error_response,
     install_error_handlers,
     run_error_detail,
+    sentence,
     status_of_stage,
 )
 from service._keys import ApiKeys
@@ -82,9 +83,9 @@ def _adapter(of: Any) -> TypeAdapter[Any]:
     return TypeAdapter(of)
 
 
-def _json(value: Any, of: Any) -> Any:
+def _json(value: Any, of: Any, **options: Any) -> Any:
     """A store value as chatledger's JSON (camelCase keys, as the CLI prints it)."""
-    return _adapter(of).dump_python(value, mode="json", by_alias=True)
+    return _adapter(of).dump_python(value, mode="json", by_alias=True, **options)
 
 
 def create_app(
@@ -186,7 +187,8 @@ def create_app(
     @app.get("/v1/conversations/{conversation_id}", tags=["read"], responses=_ERRORS)
     async def conversation(conversation_id: str, ledger: Ledger_) -> JSONResponse:
         """A conversation: its head and where it came from."""
-        return JSONResponse(_json(await ledger.conversation(conversation_id), Conversation))
+        found = await ledger.conversation(conversation_id)
+        return JSONResponse(_json(found, Conversation, exclude={"head_open"}))
 
     @app.get("/v1/conversations/{conversation_id}/messages", tags=["read"], responses=_ERRORS)
     async def messages(
@@ -242,7 +244,7 @@ def create_app(
 
 
 def _refusal(error: ChatledgerError) -> dict[str, Any]:
-    return {"type": "refused", "message": " ".join(str(error).split())}
+    return {"type": "refused", "message": sentence(str(error))}
 
 
 class _Service:
@@ -306,6 +308,6 @@ class _Service:
             resumable = False
         return {
             "type": "run_failed",
-            "message": " ".join(str(error).split()),
+            "message": sentence(str(error)),
             **{k: v for k, v in run_error_detail(error, resumable).items() if v is not None},
         }

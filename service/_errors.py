@@ -28,7 +28,13 @@ from store import (
     SchemaError,
 )
 
-__all__ = ["error_response", "install_error_handlers", "run_error_detail", "status_of_stage"]
+__all__ = [
+    "error_response",
+    "install_error_handlers",
+    "run_error_detail",
+    "sentence",
+    "status_of_stage",
+]
 
 _STATUS_TYPES = {
     400: "bad_request",
@@ -46,12 +52,19 @@ _STATUS_TYPES = {
 
 
 def error_response(
-    status: int, message: str, *, headers: Mapping[str, str] | None = None, **detail: Any
+    status: int,
+    message: str,
+    *,
+    type: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    **detail: Any,
 ) -> JSONResponse:
-    """A JSON error response: `{"error": {"type", "message", ...}}`."""
-    body = ErrorBody(
-        error=ErrorDetail(type=_STATUS_TYPES.get(status, "error"), message=message, **detail)
-    )
+    """A JSON error response: `{"error": {"type", "message", ...}}`.
+
+    `type` defaults to the status's (`not_found`, `invalid_request`...).
+    """
+    kind = type or _STATUS_TYPES.get(status, "error")
+    body = ErrorBody(error=ErrorDetail(type=kind, message=sentence(message), **detail))
     return JSONResponse(body.model_dump(exclude_none=True), status, headers=dict(headers or {}))
 
 
@@ -75,7 +88,8 @@ def run_error_detail(error: RunError, resumable: bool) -> dict[str, Any]:
     }
 
 
-def _sentence(text: str) -> str:
+def sentence(text: str) -> str:
+    """`text` on one line, ending as a sentence ends."""
     text = " ".join(text.split())
     return text if text.endswith((".", "?", "!")) else text + "."
 
@@ -91,14 +105,14 @@ def _validation_message(error: RequestValidationError) -> tuple[int, str]:
     if loc == ["body"]:
         if kind == "missing":
             return 422, "The body is missing: send a JSON object (Content-Type: application/json)."
-        return 422, _sentence(f"The body must be a JSON object: {first.get('msg', '')}")
+        return 422, sentence(f"The body must be a JSON object: {first.get('msg', '')}")
     where = ".".join(loc[1:] if loc and loc[0] in ("body", "query", "path") else loc)
     message = str(first.get("msg", "is invalid")).removeprefix("Value error, ")
     if kind == "missing":
         return 422, f"The field {where!r} is required."
     if kind == "extra_forbidden":
         return 422, f"The field {where!r} is not a field of this request; remove it."
-    return 422, _sentence(f"{where}: {message}")
+    return 422, sentence(f"{where}: {message}")
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -116,7 +130,7 @@ def install_error_handlers(app: FastAPI) -> None:
         elif error.status_code == 405:
             message = "The endpoint does not take this method; /docs lists what it takes."
         else:
-            message = _sentence(str(error.detail))
+            message = sentence(str(error.detail))
         return error_response(error.status_code, message, headers=error.headers)
 
     @app.exception_handler(RunError)
@@ -124,7 +138,7 @@ def install_error_handlers(app: FastAPI) -> None:
         # Reached only for a run refused before it began (the routes answer
         # a failed run themselves, knowing whether it can be resumed).
         return error_response(
-            status_of_stage(error.stage), _sentence(str(error)), **run_error_detail(error, False)
+            status_of_stage(error.stage), sentence(str(error)), **run_error_detail(error, False)
         )
 
     @app.exception_handler(ChatledgerError)
@@ -140,7 +154,7 @@ def install_error_handlers(app: FastAPI) -> None:
             if isinstance(error, SchemaError)
             else 500
         )
-        return error_response(status, _sentence(str(error)))
+        return error_response(status, sentence(str(error)))
 
     @app.exception_handler(Exception)
     async def _defect(_request: Request, error: Exception) -> Response:
