@@ -1,0 +1,178 @@
+"""The service over real sockets: uvicorn on a loopback port, httpx as the client."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from store import Store, new_id
+from tests.service.agents import blocking_agent, weather_agent
+from tests.service.conftest import Server, Tenants, sse_events
+
+
+def test_ask_and_stream_over_a_real_socket(
+    serve: Callable[..., Server], tenants: Tenants, sync_store: Store
+) -> None:
+    server = serve(weather_agent())
+    with httpx.Client(base_url=server.url, headers=tenants.auth(tenants.key_a)) as client:
+        answer = client.post("/v1/ask", json={"question": "Weather?"}).json()
+        assert answer["answer"].startswith("Summary: sunny in")
+        lines: list[str] = []
+        with client.stream(
+            "POST",
+            "/v1/ask/stream",
+            json={"question": "Again?", "conversation_id": answer["conversation_id"]},
+        ) as response:
+            assert response.status_code == 200
+            lines.extend(response.iter_lines())
+    events = [(e, json.loads(d)) for e, d in sse_events(lines)]
+    assert [e for e, _ in events][:3] == ["start", "tool_call", "tool_call"]
+    assert events[-1][0] == "answer"
+    assert events[-1][1]["conversation_id"] == answer["conversation_id"]
+    ledger = sync_store.tenant(tenants.a)
+    runs = ledger.runs(conversation_id=answer["conversation_id"])
+    assert [r.status for r in runs] == ["completed", "completed"]
+
+
+def _wait_for(condition: Callable[[], Any], what: str, seconds: float = 30.0) -> Any:
+    """Poll `condition` until it returns a truthy value; fail after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_a_client_that_disconnects_cancels_the_run_and_its_partial_is_resumable(
+    serve: Callable[..., Server], tenants: Tenants, sync_store: Store
+) -> None:
+    server = serve(blocking_agent())
+    with httpx.Client(base_url=server.url, headers=tenants.auth(tenants.key_a)) as client:
+        lines: list[str] = []
+        with client.stream("POST", "/v1/ask/stream", json={"question": "Wait?"}) as response:
+            for line in response.iter_lines():
+                lines.append(line)
+                if line.startswith("event: tool_call"):
+                    break  # leave while the tool is still working
+        start = json.loads(sse_events(lines)[0][1])
+        run_id = start["run_id"]
+
+        def canceled() -> dict[str, Any] | None:
+            run = client.get(f"/v1/runs/{run_id}").json()
+            return run if run["run"]["status"] == "canceled" else None
+
+        timeline = _wait_for(canceled, "the run to be recorded as canceled")
+    assert timeline["run"]["stage"] == "disconnect"
+    kinds = [e["kind"] for e in timeline["events"]]
+    assert kinds[:5] == [
+        "run.started",
+        "message.recorded",
+        "model.requested",
+        "model.responded",
+        "message.recorded",
+    ]
+    assert kinds[-1] == "run.canceled"
+    ledger = sync_store.tenant(tenants.a)
+    resumed = blocking_agent().resume(ledger, run_id)
+    assert resumed.output == "Finished after waiting."
+    history = ledger.history(resumed.conversation_id)
+    assert [m.role for m in history] == ["user", "assistant", "tool", "assistant"]
+    assert history[1].tool_calls[0].id == "w1"
+
+
+def _chatledger(*args: str, **options: Any) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "engine.cli", *args],
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        **options,
+    )
+
+
+def test_chatledger_serve_and_api_key(database_url: str, tmp_path: Path) -> None:
+    keys = tmp_path / "keys.json"
+    tenant = f"cli-{new_id()[-8:]}"
+    made = subprocess.run(
+        [sys.executable, "-m", "engine.cli", "api-key", tenant, "--keys", str(keys)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    key = re.search(r"^key:\s+(\S+)$", made.stdout, re.MULTILINE)
+    assert key is not None, made.stdout
+    assert key.group(1) not in keys.read_text()  # only the digest is kept
+    with _chatledger(
+        "serve",
+        "--agent",
+        "tests.service.cli_agent:agent",
+        "--database-url",
+        database_url,
+        "--keys",
+        str(keys),
+        "--port",
+        "0",
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+    ) as server:
+        try:
+            assert server.stderr is not None
+            url = None
+            for line in server.stderr:
+                found = re.search(r"Uvicorn running on (http://\S+)", line)
+                if found:
+                    url = found.group(1)
+                    break
+            assert url is not None, "the server did not start"
+            with httpx.Client(base_url=url) as client:
+                refused = client.post("/v1/ask", json={"question": "Weather?"})
+                assert refused.status_code == 401
+                answer = client.post(
+                    "/v1/ask",
+                    json={"question": "Weather?"},
+                    headers={"Authorization": f"Bearer {key.group(1)}"},
+                )
+                assert answer.status_code == 200, answer.text
+            with Store.open(database_url) as store:
+                run = store.tenant(tenant).run(answer.json()["run_id"])
+                assert run.status == "completed"
+        finally:
+            server.send_signal(signal.SIGINT)
+            server.communicate(timeout=60)  # drain stderr so the server can exit
+        assert server.returncode == 0
+
+
+def test_serve_refuses_a_missing_extra_agent_or_keys(database_url: str, tmp_path: Path) -> None:
+    result = subprocess.run(
+        [
+            sys.executable, "-m", "engine.cli", "serve", "--agent", "tests.service.cli_agent:agent",
+            "--database-url", database_url,
+        ],
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if not k.startswith("CHATLEDGER_API_KEYS")},
+    )
+    assert result.returncode == 1
+    assert "No API keys" in result.stderr and "api-key" in result.stderr
+    bad = tmp_path / "keys.json"
+    bad.write_text(json.dumps({"clk_plain_key": "acme"}))
+    result = subprocess.run(
+        [
+            sys.executable, "-m", "engine.cli", "serve", "--agent", "tests.service.cli_agent:agent",
+            "--database-url", database_url, "--keys", str(bad),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 1 and "never the keys themselves" in result.stderr
