@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("store", "engine", "adapters")
+PACKAGES = ("store", "engine", "adapters", "service")
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 
 
@@ -130,6 +130,19 @@ def test_adapters_import_the_store_and_nothing_imports_them() -> None:
     assert "store" in graph["adapters.pydantic_ai._translate"]
 
 
+def test_the_service_sits_on_top_and_only_serve_imports_it() -> None:
+    """`service` builds on `engine` and `store`; only the `serve` command imports it."""
+    graph = import_graph()
+    importers = sorted(
+        name
+        for name, targets in graph.items()
+        if not name.startswith("service") and any(t.startswith("service") for t in targets)
+    )
+    assert importers == ["engine._cli._serve"]
+    assert not any(t.startswith("adapters") for t in graph["service._app"])
+    assert {"engine", "store"} <= graph["service._app"]
+
+
 def test_the_contract_layer_imports_no_database_layer() -> None:
     """messages, ids, history and the values are the pure layer: no `store._sql`, no SQLAlchemy."""
     pure = ["store.messages", "store.ids", "store.history", "store._repair", "store._values"]
@@ -149,7 +162,7 @@ def test_the_contract_layer_imports_no_database_layer() -> None:
 
 # -- docs/architecture.md -------------------------------------------------------------
 
-_PATH = re.compile(r"\b((?:store|engine|migrations|adapters)/[\w/]*\.py)\b")
+_PATH = re.compile(r"\b((?:store|engine|migrations|adapters|service)/[\w/]*\.py)\b")
 
 
 def named_in_architecture() -> set[str]:

@@ -27,6 +27,11 @@ def serve(args: argparse.Namespace) -> int:
         raise UsageError(f"{_INSTALL} ({error})") from error
     agent = load_agent(args.agent)
     keys = ApiKeys.load(args.keys)
+    if not len(keys):
+        raise UsageError(
+            "The key file lists no keys, so no request could be served. Add one with "
+            "`chatledger api-key TENANT --keys FILE`."
+        )
     store = open_store(args)  # refuses a database that is not migrated, before listening
     url = store.engine.url.render_as_string(hide_password=False)
     print(f"chatledger: serving {args.agent} on {where(store)} for {len(keys)} API key(s)")
