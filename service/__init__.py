@@ -9,11 +9,11 @@ from service._app import SourceFilter, create_app, drop_restricted_sources
 from service._keys import KEYS_ENV, ApiKeys, key_digest, new_api_key
 from service._models import AskRequest, AskResponse
 
-__all__ = [
-    "KEYS_ENV",
+__all__ = [  # noqa: RUF022 (sorted as the test sorts: plain str order)
     "ApiKeys",
     "AskRequest",
     "AskResponse",
+    "KEYS_ENV",
     "SourceFilter",
     "create_app",
     "drop_restricted_sources",

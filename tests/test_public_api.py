@@ -9,10 +9,11 @@ import types
 import pytest
 
 import engine
+import service
 import store
 
 
-@pytest.mark.parametrize("package", [store, engine])
+@pytest.mark.parametrize("package", [store, engine, service])
 def test_all_is_sorted_and_complete(package: types.ModuleType) -> None:
     exported = list(package.__all__)
     assert exported == sorted(exported)
