@@ -16,7 +16,6 @@ classified RESTRICTED leaves neither for the model (the agent's
 answer's sources, streamed or not).
 """
 
-
 import asyncio
 import functools
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Sequence

@@ -67,9 +67,7 @@ class RunStream:
     def close(self) -> None:
         self.queue.put_nowait(_END)
 
-    async def events(
-        self, task: asyncio.Task[None]
-    ) -> AsyncIterator[ServerSentEvent]:
+    async def events(self, task: asyncio.Task[None]) -> AsyncIterator[ServerSentEvent]:
         """The events until the run ends; leaving early (a disconnect) cancels the run."""
         try:
             while True:

@@ -74,7 +74,9 @@ def _steps(request: ModelRequest) -> Message | str:
         return Message(
             role="assistant",
             content=f"Step {len(done) + 1}.",
-            tool_calls=[ToolCall(id=f"step-{len(done) + 1}", name="lookup", arguments={"term": term})],
+            tool_calls=[
+                ToolCall(id=f"step-{len(done) + 1}", name="lookup", arguments={"term": term})
+            ],
         )
     return "Done: " + "; ".join(m.text for m in done)
 

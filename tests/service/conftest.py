@@ -48,7 +48,6 @@ def sync_store(database_url: str) -> Iterator[Store]:
         yield store
 
 
-
 @pytest.fixture
 async def client_for(
     database_url: str, tenants: Tenants

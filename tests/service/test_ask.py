@@ -12,7 +12,7 @@ import pytest
 
 from engine import Agent, Hit
 from engine.providers.scripted import ScriptedModel
-from service import ApiKeys, create_app
+from service import create_app
 from store import AsyncStore, Store, new_id
 from tests.service.agents import (
     NOT_FOUND,
@@ -57,12 +57,17 @@ async def test_a_conversation_continues(client_for: Client) -> None:
     assert second.json()["conversation_id"] == first["conversation_id"]
     history = await client.get(f"/v1/conversations/{first['conversation_id']}/messages")
     texts = [m["content"] for m in history.json()["messages"]]
-    assert texts == ["FY2024 revenue?", "FY2024 revenue was 12 million.", "and oslo?",
-                     "Oslo is the capital of Norway."]
+    assert texts == [
+        "FY2024 revenue?",
+        "FY2024 revenue was 12 million.",
+        "and oslo?",
+        "Oslo is the capital of Norway.",
+    ]
 
 
-async def test_the_stream_sends_the_run_in_order(client_for: Client, sync_store: Store,
-                                                 tenants: Tenants) -> None:
+async def test_the_stream_sends_the_run_in_order(
+    client_for: Client, sync_store: Store, tenants: Tenants
+) -> None:
     client = client_for(weather_agent())
     events = stream_events(await client.post("/v1/ask/stream", json={"question": "Weather?"}))
     kinds = [e for e, _ in events]
@@ -167,10 +172,7 @@ async def test_a_fact_only_in_history_is_never_cited_and_a_miss_stays_a_refusal(
     response = await client.post(
         route, json={"question": "What was FY2099 revenue?", "history": history}
     )
-    if route.endswith("stream"):
-        answer = stream_events(response)[-1][1]
-    else:
-        answer = response.json()
+    answer = stream_events(response)[-1][1] if route.endswith("stream") else response.json()
     assert answer["answer"] == NOT_FOUND
     assert answer["sources"] == []
     assert "999" not in json.dumps(answer)

@@ -156,8 +156,14 @@ def test_chatledger_serve_and_api_key(database_url: str, tmp_path: Path) -> None
 def test_serve_refuses_a_missing_extra_agent_or_keys(database_url: str, tmp_path: Path) -> None:
     result = subprocess.run(
         [
-            sys.executable, "-m", "engine.cli", "serve", "--agent", "tests.service.cli_agent:agent",
-            "--database-url", database_url,
+            sys.executable,
+            "-m",
+            "engine.cli",
+            "serve",
+            "--agent",
+            "tests.service.cli_agent:agent",
+            "--database-url",
+            database_url,
         ],
         capture_output=True,
         text=True,
@@ -169,8 +175,16 @@ def test_serve_refuses_a_missing_extra_agent_or_keys(database_url: str, tmp_path
     bad.write_text(json.dumps({"clk_plain_key": "acme"}))
     result = subprocess.run(
         [
-            sys.executable, "-m", "engine.cli", "serve", "--agent", "tests.service.cli_agent:agent",
-            "--database-url", database_url, "--keys", str(bad),
+            sys.executable,
+            "-m",
+            "engine.cli",
+            "serve",
+            "--agent",
+            "tests.service.cli_agent:agent",
+            "--database-url",
+            database_url,
+            "--keys",
+            str(bad),
         ],
         capture_output=True,
         text=True,
