@@ -13,6 +13,9 @@ The order of events a run appends (each line one atomic append):
 
 So a process killed at any point leaves a log from which the partial is
 exact: the completed model turns and the results recorded before the kill.
+
+The run, each model request and each tool call are also OpenTelemetry spans
+(`engine._telemetry`), a no-op without an SDK.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any, Protocol, TypeVar
 
 from engine._errors import FailureStage, Partial, RunError
 from engine._ledger import LedgerLike
+from engine._telemetry import RunSpans, record_outcome, record_response, record_result
 from engine._values import (
     Guard,
     Hit,
@@ -164,11 +168,18 @@ class Run:
         self.requests = 0
         self.tools_run = 0
         self.invalid_calls = 0
+        self.spans = RunSpans(agent.model.name, self.run_id)
 
     # -- the loop ---------------------------------------------------------------------
 
     async def execute(self) -> Result:
         """Run to completion, or raise `RunError` with the exact partial."""
+        with self.spans.run() as span:
+            result = await self._execute()
+            record_result(span, result)
+            return result
+
+    async def _execute(self) -> Result:
         heartbeat: asyncio.Task[None] | None = None
         try:
             await self._open()
@@ -370,7 +381,9 @@ class Run:
                     )
                 ]
             )
-            response = await model.send(prepared, on_delta=self.on_delta)
+            with self.spans.request(self.conversation_id) as span:
+                response = await model.send(prepared, on_delta=self.on_delta)
+                record_response(span, response)
             message = self._stamp(response.message)
             await self._record(
                 [
@@ -407,14 +420,16 @@ class Run:
             raise
 
     async def _one_tool(self, call: ToolCall) -> None:
-        tool = self.agent.tools.get(call.name)
-        if tool is None:
-            known = ", ".join(sorted(self.agent.tools)) or "none"
-            text = f"There is no tool named {call.name!r}. The tools are: {known}."
-            msg = Message(role="tool", content=text, tool_call_id=call.id, tool_name=call.name)
-            outcome = Outcome(msg, invalid=True)
-        else:
-            outcome = await tool.execute(call)
+        with self.spans.tool(call, self.conversation_id) as span:
+            tool = self.agent.tools.get(call.name)
+            if tool is None:
+                known = ", ".join(sorted(self.agent.tools)) or "none"
+                text = f"There is no tool named {call.name!r}. The tools are: {known}."
+                msg = Message(role="tool", content=text, tool_call_id=call.id, tool_name=call.name)
+                outcome = Outcome(msg, invalid=True)
+            else:
+                outcome = await tool.execute(call)
+            record_outcome(span, outcome)
         message = self._stamp(outcome.message)
         await self._record(
             [
