@@ -157,7 +157,7 @@ def test_every_command_names_a_handler_that_exists() -> None:
         return found
 
     commands = leaves(_parser())
-    assert len(commands) == 15  # 9 commands and 6 audit questions
+    assert len(commands) == 17  # 11 commands and 6 audit questions
     for command in commands:
         assert callable(_handler(command.get_default("handler"))), command.prog
 
