@@ -39,6 +39,7 @@ from engine._values import (
     RunContext,
     Source,
     context_block,
+    given_hits,
     model_request,
 )
 from engine.providers import DeltaCallback, Model, ModelError
@@ -193,8 +194,17 @@ class Run:
             if self.cursor is None and isinstance(error, _REFUSALS):
                 raise  # refused before the run began: nothing to record
             stage, cause = self._classify(error)
+            # Recording the failure is finished even if the run is cancelled
+            # again meanwhile (a client gone, then a server shutting down):
+            # a run left `running` would wait for its lease to expire.
+            recording = asyncio.ensure_future(
+                self._fail(stage, cause, canceled=stage in _CANCELED)
+            )
             try:
-                failure = await self._fail(stage, cause, canceled=stage in _CANCELED)
+                try:
+                    failure = await asyncio.shield(recording)
+                except asyncio.CancelledError:
+                    failure = await recording
             except _Completed:
                 return await self._result()
             raise failure from cause
@@ -347,8 +357,7 @@ class Run:
         if self.agent.retriever is not None:
             self.stage = "retrieval"
             hits = list(await _maybe_await(self.agent.retriever(self.prompt)))
-            if self.agent.context_filter is not None:
-                hits = list(self.agent.context_filter(hits))
+            hits = given_hits(self.agent.context_filter, hits)
             self.sources += [
                 Source("retrieval", h.id, text=h.text, classification=h.classification)
                 for h in hits
@@ -519,7 +528,7 @@ class Run:
                     and turns
                 ):
                     self.turns += [e.message for e in events if e.message is not None]
-        if turns and self.on_message is not None:
+        if turns and self.on_message is not None and not _repairs(events):
             # Only what the log acknowledged is announced.
             for event in events:
                 if event.message is not None:
@@ -613,6 +622,11 @@ class Run:
             run_id=self.run_id,
             conversation_id=self.conversation_id,
         )
+
+
+def _repairs(events: list[NewEvent]) -> bool:
+    """Whether `events` are messages repair synthesized (announced to no one)."""
+    return any(e.origin == "repair" for e in events)
 
 
 class _Completed(Exception):

@@ -10,6 +10,8 @@ request's messages).
 
 from __future__ import annotations
 
+import string
+import unicodedata
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -32,6 +34,7 @@ __all__ = [
     "Source",
     "context_block",
     "drop_restricted",
+    "given_hits",
     "model_request",
 ]
 
@@ -134,13 +137,38 @@ HitFilter = Callable[[Sequence[Hit]], Iterable[Hit]]
 
 
 def is_restricted(classification: str | None) -> bool:
-    """Whether `classification` is `RESTRICTED`, in any case and without surrounding blanks."""
-    return classification is not None and classification.strip().upper() == RESTRICTED
+    """Whether `classification` is `RESTRICTED`, however it is spelled.
+
+    The label is compared after Unicode compatibility normalization (NFKC:
+    full-width letters are letters), without invisible format characters
+    (zero-width spaces, byte-order marks), surrounding blanks and
+    punctuation, and in any case: a label is not let through by a spelling.
+    """
+    if classification is None:
+        return False
+    text = unicodedata.normalize("NFKC", classification)
+    text = "".join(c for c in text if unicodedata.category(c) != "Cf")
+    return text.strip(_NOT_LETTERS).upper() == RESTRICTED
+
+
+_NOT_LETTERS = string.whitespace + string.punctuation
 
 
 def drop_restricted(hits: Sequence[Hit]) -> list[Hit]:
-    """The hits not classified `RESTRICTED`, in their order: the default `context_filter`."""
+    """The hits not classified `RESTRICTED`, in their order."""
     return [h for h in hits if not h.restricted]
+
+
+def given_hits(context_filter: HitFilter | None, hits: Sequence[Hit]) -> list[Hit]:
+    """The hits a model is given: `drop_restricted`, then the agent's own `context_filter`.
+
+    A filter of the agent's own (a top-k, a finer classification) cannot let
+    RESTRICTED content back in; only `context_filter=None` opts out of every
+    filter, the restricted one included.
+    """
+    if context_filter is None:
+        return list(hits)
+    return list(context_filter(drop_restricted(hits)))
 
 
 def context_block(hits: Sequence[Hit]) -> str:

@@ -61,9 +61,10 @@ class Agent:
             rejects the run with `RunError` at stage `guard`.
         retriever: sees only the current prompt; its hits are given to the
             model as context and become the result's retrieval sources.
-        context_filter: chooses which hits reach the model and the sources;
-            by default `drop_restricted`, so content classified `RESTRICTED`
-            never leaves for the model. `None` lets every hit through.
+        context_filter: chooses which hits reach the model and the sources.
+            Hits classified `RESTRICTED` are dropped first, whatever the
+            filter (the default, `drop_restricted`, does only that); `None`
+            opts out of every filter and lets every hit through.
         max_requests: the bound on model requests in one run.
         max_invalid_calls: how many invalid tool calls the model may correct.
     """

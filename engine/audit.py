@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from engine._values import Hit, context_block, model_request
+from engine._values import Hit, context_block, given_hits, model_request
 from engine.agent import Agent
 from engine.providers import ModelRequest, PreparedRequest
 from store import AsyncLedger, InvalidInputError, Ledger, RecordedRequest
@@ -115,8 +115,8 @@ async def rebuild_request_async(
 
 
 def _given(agent: Agent, hits: Sequence[Hit]) -> list[Hit]:
-    """The hits the model was given: the retriever's, through the agent's `context_filter`."""
-    return list(hits if agent.context_filter is None else agent.context_filter(list(hits)))
+    """The hits the model was given: the retriever's, filtered as the run filtered them."""
+    return given_hits(agent.context_filter, hits)
 
 
 def _instructions(agent: Agent, given: str | None) -> str:

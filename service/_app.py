@@ -39,7 +39,7 @@ from service._errors import (
 )
 from service._keys import ApiKeys
 from service._models import AskRequest, AskResponse, ErrorBody, ForkRequest, ForkResponse
-from service._stream import RunStream, drive
+from service._stream import RunStream, cancel_once, drive
 from store import (
     AsyncLedger,
     AsyncStore,
@@ -181,7 +181,9 @@ def create_app(
                 refusal=_refusal,
             )
         )
-        return EventSourceResponse(stream.events(task), ping=15)
+        # A client that stops reading but keeps its connection is treated as
+        # gone after a minute: its run is cancelled, its partial kept.
+        return EventSourceResponse(stream.events(task), ping=15, send_timeout=60)
 
     @app.get("/v1/conversations/{conversation_id}", tags=["read"], responses=_ERRORS)
     async def conversation(conversation_id: str, ledger: Ledger_) -> JSONResponse:
@@ -279,7 +281,7 @@ class _Service:
         finally:
             # Runs whose clients went away finish recording before the store closes.
             for task in list(self.tasks):
-                task.cancel()
+                cancel_once(task)
             await asyncio.gather(*self.tasks, return_exceptions=True)
             if self.url is not None and self._store is not None:
                 await self._store.close()

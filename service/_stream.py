@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
@@ -27,7 +28,9 @@ from engine import Agent, Result, RunError
 from engine.providers import Delta
 from store import AsyncLedger, ChatledgerError, Message
 
-__all__ = ["RunStream"]
+__all__ = ["RunStream", "cancel_once", "drive"]
+
+_log = logging.getLogger("chatledger.service")
 
 _END = object()
 
@@ -77,8 +80,7 @@ class RunStream:
                 event, data = item
                 yield ServerSentEvent(data=json.dumps(data, ensure_ascii=False), event=event)
         finally:
-            if not task.done():
-                task.cancel()
+            cancel_once(task)
 
 
 async def drive(
@@ -94,6 +96,7 @@ async def drive(
     refusal: Callable[[ChatledgerError], dict[str, Any]],
 ) -> None:
     """Run the agent, feeding `stream`; end it with an `answer` or an `error` event."""
+    event: tuple[str, dict[str, Any]]
     try:
         result = await agent.run_stream_async(
             ledger,
@@ -105,11 +108,35 @@ async def drive(
             run_id=stream.run_id,
             owner="serve",
         )
+        event = ("answer", answer(result))
     except RunError as error:
-        stream.put("error", await failure(error))
+        event = ("error", await failure(error))
     except ChatledgerError as error:  # refused before the run began
-        stream.put("error", refusal(error))
-    else:
-        stream.put("answer", answer(result))
+        event = ("error", refusal(error))
+    except Exception as error:
+        # A defect of ours (a filter that raised, say): the client still
+        # gets an end to its stream, and the log gets the traceback.
+        _log.exception("The stream of run %s failed", stream.run_id)
+        event = (
+            "error",
+            {
+                "type": "internal_error",
+                "message": f"The service failed on this run ({type(error).__name__}). "
+                f"/v1/runs/{stream.run_id} shows what the run recorded.",
+                "run_id": stream.run_id,
+            },
+        )
+    try:
+        stream.put(*event)
     finally:
         stream.close()
+
+
+def cancel_once(task: asyncio.Task[None]) -> None:
+    """Cancel `task` unless it is done or already cancelled.
+
+    A run records its cancellation after the first cancel; a second one (a
+    stream torn down, then a server shutting down) must not interrupt that.
+    """
+    if not task.done() and not task.cancelling():
+        task.cancel()

@@ -53,7 +53,10 @@ def api_key(args: argparse.Namespace) -> int:
     digest = key_digest(key)
     if args.keys:
         path = Path(args.keys)
-        entries = json.loads(path.read_text()) if path.exists() else {}
+        try:
+            entries = json.loads(path.read_text()) if path.exists() else {}
+        except (OSError, json.JSONDecodeError) as error:
+            raise UsageError(f"Cannot read the key file {path}: {error}.") from error
         if not isinstance(entries, dict):
             raise UsageError(f"{path} is not a key file: it must hold a JSON object.")
         entries[digest] = args.tenant

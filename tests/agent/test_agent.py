@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -470,3 +471,107 @@ def test_on_message_announces_each_recorded_message_in_log_order(ledger: Ledger)
     assert announced == result.new_messages[1:]
     recorded = [e.message for e in ledger.events(run_id=result.run_id) if e.message is not None]
     assert announced == recorded[1:]
+
+
+class _SlowFailure:
+    """An `AsyncLedger` whose `fail_run` waits until the test has cancelled the run again."""
+
+    def __init__(self, ledger: Any) -> None:
+        self._ledger = ledger
+        self.failing = asyncio.Event()
+        self.cancelled_again = asyncio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ledger, name)
+
+    async def record(self, *args: Any, **kwargs: Any) -> Any:
+        return await self._ledger.record(*args, **kwargs)
+
+    async def fail_run(self, *args: Any, **kwargs: Any) -> Any:
+        self.failing.set()
+        await asyncio.shield(self.cancelled_again.wait())
+        return await self._ledger.fail_run(*args, **kwargs)
+
+
+async def test_a_run_cancelled_twice_still_records_its_cancellation(database_url: str) -> None:
+    """A second cancel while the first is being recorded (a client gone, then a server
+    shutting down) does not leave the run `running`."""
+    from store import AsyncStore
+
+    started = asyncio.Event()
+
+    @tool
+    async def wait() -> str:
+        """Wait."""
+        started.set()
+        await asyncio.Event().wait()
+        return "never"
+
+    script = [Message(role="assistant", tool_calls=[ToolCall(id="w", name="wait")]), "done"]
+    agent = Agent(ScriptedModel(script), tools=[wait])
+    async with AsyncStore.open(database_url) as store:
+        ledger = store.tenant(f"twice-{new_id()[-8:]}")
+        slow = _SlowFailure(ledger)
+        run_id = new_id()
+        task = asyncio.create_task(agent.run_async(slow, "go", run_id=run_id))  # type: ignore[arg-type]
+        await started.wait()
+        task.cancel()
+        await slow.failing.wait()
+        task.cancel()  # while the first cancellation is being recorded
+        slow.cancelled_again.set()
+        with pytest.raises(RunError) as failed:
+            await task
+        assert failed.value.stage == "disconnect"
+        run = await ledger.run(run_id)
+        assert (run.status, run.stage) == ("canceled", "disconnect")
+
+
+@pytest.mark.parametrize(
+    "label",
+    [
+        "RESTRICTED\u200b",
+        "\ufeffRESTRICTED",
+        "\uff32\uff25\uff33\uff34\uff32\uff29\uff23\uff34\uff25\uff24",
+        "Restricted.",
+        "[restricted]",
+    ],
+)
+def test_a_restricted_label_is_recognised_however_it_is_spelled(label: str) -> None:
+    from engine import drop_restricted
+
+    assert Hit("x", "t", classification=label).restricted
+    assert drop_restricted([Hit("x", "t", classification=label)]) == []
+    assert not Hit("x", "t", classification="RESTRICTED-LITE").restricted
+
+
+def test_an_agents_own_context_filter_cannot_let_restricted_hits_in(ledger: Ledger) -> None:
+    marker = f"marker-{new_id()}"
+    hits = [Hit("a", "open"), Hit("b", marker, classification="RESTRICTED")]
+    seen: list[list[str]] = []
+
+    def top_k(given: Any) -> list[Hit]:
+        seen.append([h.id for h in given])
+        return list(given)[:5]
+
+    agent = Agent(ScriptedModel(["ok"]), retriever=lambda _: hits, context_filter=top_k)
+    result = agent.run(ledger, "q")
+    assert seen == [["a"]]
+    assert marker not in agent.model.requests[0].body.decode()
+    assert [s.ref for s in result.sources] == ["a"]
+
+
+def test_repair_closings_are_not_announced(ledger: Ledger) -> None:
+    announced: list[Message] = []
+
+    @tool
+    def stop() -> str:
+        """Stop the run."""
+        from engine import Canceled
+
+        raise Canceled("stopped by the user")
+
+    calls = [ToolCall(id="s", name="stop"), ToolCall(id="t", name="stop")]
+    agent = Agent(ScriptedModel([Message(role="assistant", tool_calls=calls)]), tools=[stop])
+    with pytest.raises(RunError):
+        agent.run_stream(ledger, "go", on_delta=lambda _: None, on_message=announced.append)
+    assert [m.role for m in announced] == ["assistant"]

@@ -244,3 +244,20 @@ async def test_an_unknown_endpoint_and_method_are_json_errors(client_for: Client
     assert missing.status_code == 404 and "no such endpoint" in missing.json()["error"]["message"]
     wrong = await client.get("/v1/ask")
     assert wrong.status_code == 405 and wrong.json()["error"]["type"] == "method_not_allowed"
+
+
+async def test_a_defect_during_a_stream_ends_it_with_an_error_event(
+    client_for: Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    def broken(_sources: Any) -> list[Any]:
+        raise RuntimeError("a filter with a bug")
+
+    client = client_for(weather_agent(), source_filter=broken)
+    from tests.service.test_ask import stream_events
+
+    events = stream_events(await client.post("/v1/ask/stream", json={"question": "Weather?"}))
+    kind, error = events[-1]
+    assert kind == "error" and error["type"] == "internal_error"
+    assert error["run_id"] == events[0][1]["run_id"] and "RuntimeError" in error["message"]
+    assert "a filter with a bug" in caplog.text  # the traceback is logged, not sent
+    assert "a filter with a bug" not in json.dumps(error)

@@ -190,3 +190,16 @@ def test_serve_refuses_a_missing_extra_agent_or_keys(database_url: str, tmp_path
         text=True,
     )
     assert result.returncode == 1 and "never the keys themselves" in result.stderr
+
+
+def test_api_key_refuses_a_key_file_that_is_not_json(tmp_path: Path) -> None:
+    keys = tmp_path / "keys.json"
+    keys.write_text("{not json")
+    result = subprocess.run(
+        [sys.executable, "-m", "engine.cli", "api-key", "acme", "--keys", str(keys)],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 1
+    assert "Cannot read the key file" in result.stderr and "internal error" not in result.stderr
+    assert keys.read_text() == "{not json"
