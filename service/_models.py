@@ -8,7 +8,7 @@ the store's values), so a client reads them with the contract's names.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -21,7 +21,6 @@ __all__ = [
     "ErrorDetail",
     "ForkRequest",
     "ForkResponse",
-    "SourceOut",
     "UsageOut",
 ]
 
@@ -77,28 +76,6 @@ class AskRequest(BaseModel):
         return value
 
 
-class SourceOut(BaseModel):
-    """Evidence an answer rests on: a tool result or a retrieval hit of this run."""
-
-    kind: Literal["tool", "retrieval"]
-    ref: str
-    name: str | None = None
-    failed: bool = False
-    text: str | None = None
-    classification: str | None = None
-
-    @classmethod
-    def of(cls, source: Source) -> SourceOut:
-        return cls(
-            kind=source.kind,
-            ref=source.ref,
-            name=source.name,
-            failed=source.failed,
-            text=source.text,
-            classification=source.classification,
-        )
-
-
 class UsageOut(BaseModel):
     """The run's token usage."""
 
@@ -114,7 +91,9 @@ class AskResponse(BaseModel):
     conversation_id: str
     run_id: str
     answer: str
-    sources: list[SourceOut]
+    sources: list[Source] = Field(
+        description="Evidence of this run: tool results and retrieval hits (never history)."
+    )
     usage: UsageOut
     request_count: int
     tool_count: int
@@ -126,7 +105,7 @@ class AskResponse(BaseModel):
             conversation_id=result.conversation_id,
             run_id=result.run_id,
             answer=result.output,
-            sources=[SourceOut.of(s) for s in sources],
+            sources=list(sources),
             usage=UsageOut(
                 input_tokens=usage.input_tokens,
                 output_tokens=usage.output_tokens,

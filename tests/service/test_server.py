@@ -153,43 +153,30 @@ def test_chatledger_serve_and_api_key(database_url: str, tmp_path: Path) -> None
         assert server.returncode == 0
 
 
-def test_serve_refuses_a_missing_extra_agent_or_keys(database_url: str, tmp_path: Path) -> None:
+_SERVE = [sys.executable, "-m", "engine.cli", "serve", "--agent", "tests.service.cli_agent:agent"]
+
+
+def _serve_refusal(database_url: str, *options: str) -> str:
+    """What `chatledger serve` prints on stderr when it refuses to start (exit 1)."""
     result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "engine.cli",
-            "serve",
-            "--agent",
-            "tests.service.cli_agent:agent",
-            "--database-url",
-            database_url,
-        ],
+        [*_SERVE, "--database-url", database_url, *options],
         capture_output=True,
         text=True,
         env={k: v for k, v in os.environ.items() if not k.startswith("CHATLEDGER_API_KEYS")},
     )
-    assert result.returncode == 1
-    assert "No API keys" in result.stderr and "api-key" in result.stderr
-    bad = tmp_path / "keys.json"
-    bad.write_text(json.dumps({"clk_plain_key": "acme"}))
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "engine.cli",
-            "serve",
-            "--agent",
-            "tests.service.cli_agent:agent",
-            "--database-url",
-            database_url,
-            "--keys",
-            str(bad),
-        ],
-        capture_output=True,
-        text=True,
-    )
-    assert result.returncode == 1 and "never the keys themselves" in result.stderr
+    assert result.returncode == 1, result.stderr
+    return result.stderr
+
+
+def test_serve_refuses_to_start_without_usable_keys(database_url: str, tmp_path: Path) -> None:
+    missing = _serve_refusal(database_url)
+    assert "No API keys" in missing and "api-key" in missing
+    plain = tmp_path / "keys.json"
+    plain.write_text(json.dumps({"clk_plain_key": "acme"}))
+    assert "never the keys themselves" in _serve_refusal(database_url, "--keys", str(plain))
+    empty = tmp_path / "empty.json"
+    empty.write_text("{}")
+    assert "lists no keys" in _serve_refusal(database_url, "--keys", str(empty))
 
 
 def test_api_key_refuses_a_key_file_that_is_not_json(tmp_path: Path) -> None:
