@@ -32,6 +32,7 @@ from store._sql.dialect import (
     sync_driver_url,
 )
 from store._sql.ops import Op, general, in_transaction, run_fast
+from store._sql.replicas import Replicas, check_replicas
 from store._sql.translate import translating
 from store._sql.verify import Recompute, Verification
 from store._values import (
@@ -90,6 +91,7 @@ class AsyncStore:
         # Set by `open` when it creates the engine (see the class docstring).
         self._sync_engine: Engine | None = None
         self._driver: DriverConnections | None = None
+        self._replicas: Replicas | None = None
 
     @classmethod
     def open(
@@ -101,14 +103,21 @@ class AsyncStore:
         busy_timeout: float = 30.0,
         message_cache: int = 10_000,
         fast_paths: bool = True,
+        replicas: Sequence[str] = (),
     ) -> AsyncStore:
         """Open a store; the arguments are those of `Store.open`.
 
         A `sqlite:` URL uses the aiosqlite driver; `postgresql+psycopg:` is
         psycopg 3's async mode. With a URL, the store also opens a synchronous
         engine on the same database for its fast paths (see the class
-        docstring); with `engine`, it uses only that one.
+        docstring); with `engine`, it uses only that one. Reads on `replicas`
+        run on synchronous engines of their own (psycopg 3), in a worker
+        thread, as the fast paths do.
         """
+        primary = (
+            engine.dialect.name if engine is not None else database_url(url).get_backend_name()
+        )
+        replica_urls = check_replicas(replicas, primary)  # before any engine exists
         sibling = None
         if engine is None:
             parsed = database_url(url)
@@ -133,6 +142,8 @@ class AsyncStore:
         store = cls(engine, owns_engine=owns, message_cache=message_cache, fast_paths=fast_paths)
         if sibling is not None:
             store._sync_engine, store._driver = sibling, DriverConnections(sibling)
+        if replica_urls:
+            store._replicas = Replicas(replica_urls)
         return store
 
     async def __aenter__(self) -> AsyncStore:
@@ -145,6 +156,8 @@ class AsyncStore:
         """Release the connection pools (of the engines this store created)."""
         if self._driver is not None:
             self._driver.close()
+        if self._replicas is not None:
+            self._replicas.close()
         if self._sync_engine is not None:
             self._sync_engine.dispose()
         if self._owns_engine:
@@ -207,11 +220,16 @@ class AsyncStore:
         how to retry it safely.
 
         With `connection`, run its general path inside the caller's
-        transaction on that connection instead.
+        transaction on that connection instead. An operation that tolerates
+        staleness runs on a read replica first, as in `Store.execute`.
         """
         if connection is not None:
             with translating(op.action):
                 return await connection.run_sync(op.fn)
+        if op.replica and self._replicas is not None:
+            answer = await asyncio.to_thread(self._replicas.read, op)
+            if answer is not None:
+                return answer
         fast = self.fast_paths
         driver = self._driver
         direct = (op.sqlite if self._sqlite else op.postgres) if fast else None

@@ -4,14 +4,18 @@ Arguments are validated by `_AuditOps`, before any transaction begins; each
 query is then one `Op` over a function of `store._sql.audit`, run by whatever
 executes `Op`s (`Store` or `AsyncStore`, typed here as the `Executor` and
 `AsyncExecutor` protocols, so this module imports neither). Each face method
-is one call, and the sync and async faces share every line of logic.
+is one call, and the sync and async faces share every line of logic. Every
+audit query reads the log as of a moment ago, so a read replica may answer
+it (`_query`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, Literal, get_args
+from typing import Any, Literal, TypeVar, get_args
+
+from sqlalchemy.engine import Connection
 
 from store._errors import InvalidInputError
 from store._sql import log as _log
@@ -37,6 +41,8 @@ from store._values import (
 from store.history import HistoryProcessor
 
 __all__ = ["AsyncAudit", "Audit"]
+
+T = TypeVar("T")
 
 _ORIGINS: frozenset[str] = frozenset(get_args(Origin))
 _STATUSES: frozenset[str] = frozenset(get_args(ToolStatus))
@@ -108,6 +114,12 @@ def _filter(
     )
 
 
+def _query(action: str, fn: Callable[[Connection], T]) -> Op[T]:
+    """An audit query: a read of the log as of a moment ago, which a read
+    replica may answer (docs/adr/0023-read-replicas.md)."""
+    return Op(action, write=False, replica=True, fn=fn)
+
+
 class _AuditOps:
     """Builds the tenant-scoped audit operations that `Audit` and `AsyncAudit` run."""
 
@@ -160,9 +172,8 @@ class _AuditOps:
         return self._events(f, after, limit)
 
     def _events(self, f: Filter, after: str | None, limit: int) -> Op[Page[Event]]:
-        return Op(
+        return _query(
             "reading audit events",
-            write=False,
             fn=lambda c: list_events(c, self.tenant, f, after=after, limit=limit),
         )
 
@@ -170,9 +181,8 @@ class _AuditOps:
         self, run_id: str, kinds: str | Sequence[str] | None, after: str | None, limit: int
     ) -> Op[Page[TimelineEntry]]:
         names = _names(kinds, None, "kinds")
-        return Op(
+        return _query(
             f"reading the timeline of run '{run_id}'",
-            write=False,
             fn=lambda c: run_timeline(
                 c, self.tenant, run_id, kinds=names, after=after, limit=limit
             ),
@@ -193,9 +203,8 @@ class _AuditOps:
             )
         if not isinstance(context, str):
             raise InvalidInputError(f"context must be text, not {type(context).__name__}.")
-        return Op(
+        return _query(
             f"rebuilding model request {number} of run '{run_id}'",
-            write=False,
             fn=lambda c: model_request(
                 c,
                 self.tenant,
@@ -234,16 +243,14 @@ class _AuditOps:
             statuses = [s for s in statuses if s in flagged] if statuses else flagged
             if not statuses:
                 raise InvalidInputError(f"status {status!r} contradicts failed={f.failed}.")
-        return Op(
+        return _query(
             "reading tool executions",
-            write=False,
             fn=lambda c: tool_executions(c, self.tenant, f, statuses, after=after, limit=limit),
         )
 
     def lineage(self, conversation_id: str) -> Op[Lineage]:
-        return Op(
+        return _query(
             f"reading the lineage of conversation '{conversation_id}'",
-            write=False,
             fn=lambda c: lineage(c, self.tenant, conversation_id),
         )
 

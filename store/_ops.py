@@ -140,7 +140,13 @@ class Operations:
             point = None if at is None else _log.resolve_position(c, conv, at)
             return _entries.entries(c, conv, point, last)
 
-        return Op(f"reading the entries of conversation '{conversation_id}'", write=False, fn=read)
+        # At an explicit position the answer may lag (a replica's); at the head it may not.
+        return Op(
+            f"reading the entries of conversation '{conversation_id}'",
+            write=False,
+            replica=at is not None,
+            fn=read,
+        )
 
     def entry(self, event_id: str) -> Op[Entry]:
         check_id(event_id, "event")
@@ -292,6 +298,9 @@ class Operations:
         read = Op(
             f"reading the history of conversation '{conversation_id}'",
             write=False,
+            # At an explicit position or time the answer may lag (a replica's);
+            # at the head it may not: a caller reads what it just appended.
+            replica=at is not None,
             fn=lambda c: _history(c, self.tenant, conversation_id, at, repaired, self.cache),
         )
         if at is not None:
@@ -485,6 +494,7 @@ class Operations:
         return Op(
             f"verifying the hash chain of conversation '{conversation_id}'",
             write=False,
+            replica=True,  # the chain as of a moment ago (docs/adr/0023-read-replicas.md)
             fn=verify_one,
         )
 
@@ -535,6 +545,7 @@ def _verify_op(
     return Op(
         "verifying hash chains",
         write=False,
+        replica=True,  # the chains as of a moment ago (docs/adr/0023-read-replicas.md)
         fn=lambda c: _verify.verify_many(c, tenant, None, progress, recompute),
     )
 

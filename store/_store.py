@@ -21,10 +21,12 @@ from store._sql.dialect import (
     DriverConnections,
     Durability,
     create_engine,
+    database_url,
     install_sqlite_hooks,
     is_sqlite,
 )
 from store._sql.ops import Op, general
+from store._sql.replicas import Replicas, check_replicas
 from store._sql.translate import translating
 from store._sql.verify import Recompute, Verification
 from store._values import (
@@ -69,6 +71,7 @@ class Store:
         self.message_cache = MessageCache(message_cache)
         self.fast_paths = fast_paths
         """Whether operations try their plain-SQL form first (see `open`)."""
+        self._replicas: Replicas | None = None  # set by `open` (see there)
 
     @classmethod
     def open(
@@ -80,6 +83,7 @@ class Store:
         busy_timeout: float = 30.0,
         message_cache: int = 10_000,
         fast_paths: bool = True,
+        replicas: Sequence[str] = (),
     ) -> Store:
         """Open a store.
 
@@ -97,19 +101,38 @@ class Store:
                 only, skipping the plain-SQL forms of the hot operations
                 (an append, a head read). The results are the same, only
                 slower: the test suite runs both ways to hold them equal.
+            replicas: URLs of Postgres read replicas (physical streaming
+                standbys of the primary). The reads that tolerate staleness
+                run on them in turn: every `ledger.audit` query, `history`
+                and `entries` at an explicit `at`, `verify`, `verify_all` and
+                `Store.verify`. Everything else, each write and every read
+                that must see the caller's own writes (the head, runs,
+                leases, `events`), runs on the primary. A replica that
+                cannot answer (unreachable, or not caught up with what the
+                read names) is never the caller's error: the primary
+                answers instead. docs/adr/0023-read-replicas.md.
         """
+        # Checked before any engine exists, so a refusal leaves nothing open.
+        primary = (
+            engine.dialect.name if engine is not None else database_url(url).get_backend_name()
+        )
+        replica_urls = check_replicas(replicas, primary)
         if engine is not None:
             if engine.dialect.name == "sqlite":
                 install_sqlite_hooks(engine, durability=durability, busy_timeout=busy_timeout)
-            return cls(
+            store = cls(
                 engine, owns_engine=False, message_cache=message_cache, fast_paths=fast_paths
             )
-        return cls(
-            create_engine(url, durability=durability, busy_timeout=busy_timeout),
-            owns_engine=True,
-            message_cache=message_cache,
-            fast_paths=fast_paths,
-        )
+        else:
+            store = cls(
+                create_engine(url, durability=durability, busy_timeout=busy_timeout),
+                owns_engine=True,
+                message_cache=message_cache,
+                fast_paths=fast_paths,
+            )
+        if replica_urls:
+            store._replicas = Replicas(replica_urls)
+        return store
 
     def __enter__(self) -> Store:
         return self
@@ -118,8 +141,10 @@ class Store:
         self.close()
 
     def close(self) -> None:
-        """Release the connection pool (of an engine this store created)."""
+        """Release the connection pools (of the engines this store created, replicas too)."""
         self._driver.close()
+        if self._replicas is not None:
+            self._replicas.close()
         if self._owns_engine:
             self.engine.dispose()
 
@@ -175,11 +200,17 @@ class Store:
         """Run one operation in its own transaction.
 
         With `connection`, run its general path inside the caller's
-        transaction on that connection instead.
+        transaction on that connection instead. An operation that tolerates
+        staleness (`Op.replica`) runs on a read replica when the store has
+        one and it answers.
         """
         if connection is not None:
             with translating(op.action):
                 return op.fn(connection)
+        if op.replica and self._replicas is not None:
+            answer = self._replicas.read(op)
+            if answer is not None:
+                return answer
         # The tiers: the plain-SQL form on a driver connection of our own;
         # when every one is busy, the Postgres form on a pooled connection;
         # the SQLite form inside the transaction unless it already ran; `fn`.

@@ -4,6 +4,8 @@ An operation is a function over one open transaction (`fn`), plus, where one
 exists, a plain-SQL form for each backend that is tried first on a driver
 connection (`postgres`, `sqlite`; see `store._sql.append`). `run_fast` and
 `in_transaction` are the tiers `Store.execute` and `AsyncStore.execute` walk.
+Whether an operation may run on a read replica is its own property too
+(`replica`): the faces only follow it.
 
 `Executor` and `AsyncExecutor` are what runs an `Op`: the faces built on a
 store (`Audit`, `AsyncAudit`) are typed against them, not against the store
@@ -49,6 +51,16 @@ class Op(Generic[T]):
     """SQLite: an attempt in plain SQL on a DB-API cursor, inside the
     operation's transaction, tried first; None means nothing was written and
     `fn` runs as usual, in the same transaction."""
+    replica: bool = False
+    """Whether it tolerates staleness: a read whose answer may lag the
+    primary by the replication delay, so a store opened with read replicas
+    runs it on one (`store._sql.replicas`), and on the primary only when no
+    replica answers. Such a read returns a value, never None. False, the
+    default, for every write and for every read that must see what its
+    caller just wrote; a write is never `replica`."""
+
+    def __post_init__(self) -> None:
+        assert not (self.write and self.replica), "a write runs on the primary"
 
 
 class Executor(Protocol):
