@@ -46,6 +46,7 @@ from store import (
     ChatledgerError,
     Conversation,
     Event,
+    InvalidInputError,
     Run,
     __version__,
     new_id,
@@ -95,6 +96,7 @@ def create_app(
     source_filter: SourceFilter | None = drop_restricted_sources,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     new_run_id: Callable[[], str] = new_id,
+    replicas: Sequence[str] = (),
 ) -> FastAPI:
     """The ask service's ASGI application.
 
@@ -107,8 +109,16 @@ def create_app(
             `drop_restricted_sources`. `None` returns every source.
         max_body_bytes: the largest request body read (413 beyond).
         new_run_id: mints each run's id.
+        replicas: with a database URL, the read replicas the store opens
+            with it (`AsyncStore.open(replicas=)`): audit reads and old
+            positions go there, the rest to the primary.
     """
-    service = _Service(agent, store, source_filter, new_run_id)
+    if replicas and not isinstance(store, str):
+        raise InvalidInputError(
+            "replicas= goes with a database URL; an open AsyncStore was given, so open it "
+            "with its replicas instead: AsyncStore.open(url, replicas=[...])."
+        )
+    service = _Service(agent, store, source_filter, new_run_id, replicas)
     app = FastAPI(
         title="chatledger ask service",
         version=__version__,
@@ -257,8 +267,10 @@ class _Service:
         store: AsyncStore | str,
         source_filter: SourceFilter | None,
         new_run_id: Callable[[], str],
+        replicas: Sequence[str],
     ) -> None:
         self.agent = agent
+        self.replicas = list(replicas)
         self.url = store if isinstance(store, str) else None
         self._store = store if isinstance(store, AsyncStore) else None
         self.source_filter = source_filter
@@ -274,7 +286,7 @@ class _Service:
     @asynccontextmanager
     async def lifespan(self, _app: FastAPI) -> AsyncIterator[None]:
         if self.url is not None:
-            self._store = AsyncStore.open(self.url)
+            self._store = AsyncStore.open(self.url, replicas=self.replicas)
             await self._store.check_schema()
         try:
             yield

@@ -495,3 +495,46 @@ def test_a_replica_that_is_not_a_postgres_url_is_refused(
 def test_replicas_take_a_list_not_one_url(cluster: Cluster) -> None:
     with pytest.raises(InvalidInputError, match=r"write replicas=\[url\]"):
         Store.open(cluster.primary, replicas=cluster.replica)
+
+
+def test_the_ask_service_on_a_primary_and_its_replica(cluster: Cluster) -> None:
+    """`create_app(url, replicas=)`: an answer, then the head read over HTTP, see the
+    run's writes while the replica replays nothing."""
+    import httpx
+
+    from service import ApiKeys, create_app
+    from tests.service.agents import weather_agent
+    from tests.service.conftest import Server
+
+    keys = ApiKeys.of({"replica-key": tenant()})
+    app = create_app(weather_agent(), cluster.primary, keys=keys, replicas=[cluster.replica])
+    with (
+        Server(app) as server,
+        httpx.Client(
+            base_url=server.url, headers={"Authorization": "Bearer replica-key"}
+        ) as client,
+    ):
+        first = client.post("/v1/ask", json={"question": "Weather?"}).json()
+        conversation = first["conversation_id"]
+        with cluster.paused():
+            second = client.post(
+                "/v1/ask", json={"question": "Again?", "conversation_id": conversation}
+            )
+            assert second.status_code == 200, second.text
+            head = client.get(f"/v1/conversations/{conversation}/messages").json()
+            assert head["messages"][-1]["content"] == second.json()["answer"]
+            timeline = client.get(f"/v1/runs/{second.json()['run_id']}").json()
+            assert timeline["run"]["status"] == "completed"
+
+
+def test_replicas_go_with_a_url_not_an_open_store(tmp_path: Path) -> None:
+    from engine import Agent
+    from engine.providers.scripted import ScriptedModel
+    from service import ApiKeys, create_app
+    from store import AsyncStore
+
+    store = AsyncStore.open(f"sqlite:///{tmp_path / 'x.db'}")
+    with pytest.raises(InvalidInputError, match="replicas= goes with a database URL"):
+        create_app(
+            Agent(ScriptedModel([])), store, keys=ApiKeys.of({}), replicas=["postgresql://x/y"]
+        )

@@ -172,6 +172,12 @@ def _parser() -> argparse.ArgumentParser:
         help="the API key file (default: $CHATLEDGER_API_KEYS_FILE, else $CHATLEDGER_API_KEYS "
         "holds its JSON)",
     )
+    p.add_argument(
+        "--replica",
+        action="append",
+        default=[],
+        help="a read replica's URL, for audit reads and old positions (repeatable; Postgres)",
+    )
     p.add_argument("--host", default="127.0.0.1", help="the address to listen on")
     p.add_argument("--port", type=_count(0, 65535), default=8000, help="the port (0: any free)")
 

@@ -36,7 +36,7 @@ def serve(args: argparse.Namespace) -> int:
     url = store.engine.url.render_as_string(hide_password=False)
     print(f"chatledger: serving {args.agent} on {where(store)} for {len(keys)} API key(s)")
     store.close()
-    app = create_app(agent, url, keys=keys)
+    app = create_app(agent, url, keys=keys, replicas=args.replica)
     uvicorn.run(app, host=args.host, port=args.port, log_level="info")
     return 0
 
