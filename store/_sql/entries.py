@@ -78,7 +78,15 @@ def entries(
     if at is None:
         query = (
             sa.select(*_COLUMNS)
-            .select_from(view_entries.join(events, events.c.seq == view_entries.c.event_seq))
+            .select_from(
+                view_entries.join(
+                    events,
+                    sa.and_(
+                        events.c.conversation_id == projector.event_conversation(),
+                        events.c.seq == view_entries.c.event_seq,
+                    ),
+                )
+            )
             .where(view_entries.c.conversation_id == conv.id)
         )
     else:
@@ -101,9 +109,13 @@ def entry(conn: Connection, tenant: str, event_id: str) -> Entry:
     row = conn.execute(
         sa.select(*_COLUMNS)
         .select_from(
-            event_ids.join(events, events.c.seq == event_ids.c.event_seq).join(
-                conversations, conversations.c.id == event_ids.c.conversation_id
-            )
+            event_ids.join(
+                events,
+                sa.and_(
+                    events.c.conversation_id == event_ids.c.conversation_id,
+                    events.c.seq == event_ids.c.event_seq,
+                ),
+            ).join(conversations, conversations.c.id == event_ids.c.conversation_id)
         )
         .where(event_ids.c.id == event_id, conversations.c.tenant == tenant)
     ).first()

@@ -29,6 +29,7 @@ __all__ = [
     "Segment",
     "advance_view",
     "common_prefix",
+    "event_conversation",
     "fill_view",
     "head_at",
     "head_is_open",
@@ -135,11 +136,24 @@ def view_payloads(conn: Connection, conversation_id: str) -> list[str]:
     """The head view's message payloads: one indexed range scan."""
     rows = conn.execute(
         sa.select(events.c.payload)
-        .select_from(view_entries.join(events, events.c.seq == view_entries.c.event_seq))
+        .select_from(
+            view_entries.join(
+                events,
+                sa.and_(
+                    events.c.conversation_id == event_conversation(),
+                    events.c.seq == view_entries.c.event_seq,
+                ),
+            )
+        )
         .where(view_entries.c.conversation_id == conversation_id)
         .order_by(view_entries.c.position)
     ).scalars()
     return list(rows)
+
+
+def event_conversation() -> sa.ColumnElement[Any]:
+    """The conversation holding a view entry's event: its own unless a fork inherited it."""
+    return sa.func.coalesce(view_entries.c.event_conversation_id, view_entries.c.conversation_id)
 
 
 def advance_view(conn: Connection, conversation_id: str, rows: Sequence[tuple[int, int]]) -> None:
@@ -177,13 +191,15 @@ def _fill_view(
 ) -> None:
     if not any(last > after for *_, last in segments):
         return
+    own = sa.literal(conversation_id, type_=view_entries.c.conversation_id.type)
     conn.execute(
         view_entries.insert().from_select(
-            ["conversation_id", "position", "event_seq"],
+            ["conversation_id", "position", "event_seq", "event_conversation_id"],
             sa.select(
-                sa.literal(conversation_id, type_=view_entries.c.conversation_id.type),
+                own,
                 events.c.position,
                 events.c.seq,
+                sa.func.nullif(events.c.conversation_id, own),
             ).where(in_segments(segments, after), events.c.kind == MESSAGE),
         )
     )
@@ -270,7 +286,9 @@ def head_at(conn: Connection, conversation_id: str, when: datetime) -> Position 
 _HEAD_PAYLOADS = (
     "SELECT e.seq, e.payload FROM chatledger_conversations c "
     "JOIN chatledger_view_entries v ON v.conversation_id = c.id "
-    "JOIN chatledger_events e ON e.seq = v.event_seq "
+    "JOIN chatledger_events e "
+    "ON e.conversation_id = COALESCE(v.event_conversation_id, v.conversation_id) "
+    "AND e.seq = v.event_seq "
     "WHERE c.id = {id} AND c.tenant = {tenant} ORDER BY v.position"
 )
 _PG_HEAD_PAYLOADS = _HEAD_PAYLOADS.format(id="%(id)s", tenant="%(tenant)s")
