@@ -70,7 +70,9 @@ def _history(
 ) -> list[Message]:
     conv = _log.get_conversation(conn, tenant, conversation_id)
     if at is None:
-        messages = load_messages(projector.view_payloads(conn, conv.id))
+        messages = load_messages(
+            projector.view_payloads(conn, conv.id, conv.forked_from is not None)
+        )
     else:
         if isinstance(at, datetime):
             point = projector.head_at(conn, conv.id, at)

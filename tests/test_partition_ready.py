@@ -8,13 +8,17 @@ of a database made by the migrations (docs/adr/0022-partition-ready-schema.md).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
-from store import Message, NewEvent, Store, new_id
+from store import InvalidInputError, Message, NewEvent, SchemaError, Store, new_id
 from store._sql import migrate as _migrate
+from store._sql import projector
 from store.messages import dump_message
 from tests.conftest import create_postgres_database, drop_postgres_database
 from tests.test_upgrade import load_postgres_fixture
@@ -208,3 +212,148 @@ def test_a_database_at_revision_0003_upgrades_in_place_and_back(at_0003: str) ->
         ledger.append_messages(fork.id, [Message(role="user", content="in the fork")])
         assert [m.content for m in ledger.history(fork.id)][-1] == "in the fork"
         assert ledger.verify(conv.id).ok and ledger.verify(fork.id).ok
+
+
+# -- Store.migrate(partitions=N) ------------------------------------------------------
+
+PARTITIONED = ("chatledger_events", "chatledger_view_entries")
+
+
+@pytest.fixture
+def written() -> Iterator[str]:
+    """A database with the fixture log of tests/test_upgrade.py, at the head revision."""
+    url = create_postgres_database("chatledger_partitioned")
+    load_postgres_fixture(url)
+    with Store.open(url) as store:
+        store.migrate()
+    yield url
+    drop_postgres_database(url)
+
+
+def _partitions(engine: sa.Engine) -> dict[str, int]:
+    with engine.connect() as conn:
+        return {
+            t: conn.exec_driver_sql(
+                "SELECT count(*) FROM pg_inherits WHERE inhparent = to_regclass(%(t)s)", {"t": t}
+            ).scalar_one()
+            for t in PARTITIONED
+        }
+
+
+def test_migrate_partitions_converts_the_log_in_place(written: str) -> None:
+    with Store.open(written) as store:
+        before = _read_back(store.engine)
+        store.migrate(partitions=4)
+        assert _partitions(store.engine) == {t: 4 for t in PARTITIONED}
+        assert _read_back(store.engine) == before
+        assert _unique_keys_without_the_conversation(written) == []
+        store.migrate(partitions=4)  # already so: nothing to do
+        store.migrate()
+        with pytest.raises(InvalidInputError, match="already hash-partitioned into 4"):
+            store.migrate(partitions=8)
+        ledger = store.tenant("acme")
+        for conv in ledger.conversations():
+            assert ledger.verify(conv.id).ok
+        conv = ledger.conversations()[0]
+        ledger.append_messages(conv.id, [Message(role="user", content="after")])
+        assert ledger.history(conv.id)[-1].content == "after"
+        assert ledger.verify(conv.id).ok
+        with store.engine.connect() as conn:
+            # The sequence carries on past the copied rows, still owned by `seq`.
+            assert (
+                conn.exec_driver_sql("SELECT max(seq) FROM chatledger_events").scalar_one()
+                == max(r[0] for r in before["events"]) + 1
+            )
+            assert conn.exec_driver_sql(
+                "SELECT pg_get_serial_sequence('chatledger_events', 'seq')"
+            ).scalar_one()
+
+
+@pytest.mark.parametrize("table", ["chatledger_events", "chatledger_events_p0"])
+@pytest.mark.parametrize(
+    "statement", ["UPDATE {} SET payload = '{{}}'", "DELETE FROM {}", "TRUNCATE {}"]
+)
+def test_a_partitioned_log_stays_append_only(written: str, table: str, statement: str) -> None:
+    with Store.open(written) as store:
+        store.migrate(partitions=2)
+        with pytest.raises(sa.exc.DBAPIError, match="append-only"), store.engine.begin() as conn:
+            conn.exec_driver_sql(statement.format(table))
+
+
+def test_sqlite_refuses_partitions(tmp_path: Path) -> None:
+    with Store.open(f"sqlite:///{tmp_path / 'one.db'}") as store:
+        with pytest.raises(InvalidInputError, match="one file"):
+            store.migrate(partitions=4)
+        with pytest.raises(SchemaError):
+            store.check_schema()  # refused before anything was migrated
+
+
+# -- the hot queries touch one partition ------------------------------------------------
+
+
+def _touched(plan: dict[str, Any]) -> set[str]:
+    """The partitions an `EXPLAIN (ANALYZE, FORMAT JSON)` plan actually read."""
+    found = set()
+    if plan.get("Actual Loops", 1) > 0 and re.fullmatch(
+        r"chatledger_\w+_p\d+", plan.get("Relation Name", "")
+    ):
+        found.add(plan["Relation Name"])
+    for child in plan.get("Plans", []):
+        found |= _touched(child)
+    return found
+
+
+@pytest.fixture
+def partitioned() -> Iterator[str]:
+    url = create_postgres_database("chatledger_explain")
+    with Store.open(url) as store:
+        store.migrate(partitions=8)
+    yield url
+    drop_postgres_database(url)
+
+
+def test_hot_queries_touch_one_partition(partitioned: str) -> None:
+    """Every statement of an append, a head read, a history and a run timeline.
+
+    With the fast paths off, every statement goes through SQLAlchemy, where
+    it is caught; each read is then run again under EXPLAIN ANALYZE, and each
+    write is explained (Postgres routes an inserted row to its one partition).
+    """
+    statements: list[tuple[str, Any]] = []
+    with Store.open(partitioned, fast_paths=False) as store:
+        ledger = store.tenant("t")
+        others = [ledger.create_conversation() for _ in range(8)]
+        for other in others:
+            ledger.append_messages(other.id, [Message(role="user", content="elsewhere")])
+        conv = ledger.create_conversation()
+
+        def catch(_conn: Any, _cursor: Any, sql: str, params: Any, *_: Any) -> None:
+            if "chatledger_events" in sql or "chatledger_view_entries" in sql:
+                statements.append((sql, params))
+
+        sa.event.listen(store.engine, "before_cursor_execute", catch)
+        ledger.append_messages(conv.id, [Message(role="user", content="hi")], idempotency_key="k")
+        ledger.history(conv.id)
+        ledger.entries(conv.id)
+        run = ledger.start_run(conv.id, owner="w")
+        _, run = ledger.record(run, [NewEvent.of_message(Message(role="assistant", content="o"))])
+        ledger.complete_run(run)
+        ledger.audit.run_timeline(run.run_id)
+        ledger.events(conversation_id=conv.id)
+        sa.event.remove(store.engine, "before_cursor_execute", catch)
+        assert len(statements) > 10
+        # The head read of the fast paths, which runs on the driver's own cursor.
+        statements.append((projector._PG_HEAD_PAYLOADS, {"id": conv.id, "tenant": "t"}))
+
+        wide = []
+        with store.engine.connect() as conn:
+            for sql, params in statements:
+                reads = sql.lstrip().upper().startswith(("SELECT", "WITH"))
+                explain = "EXPLAIN (ANALYZE, FORMAT JSON) " if reads else "EXPLAIN (FORMAT JSON) "
+                with conn.begin():
+                    (plan,) = conn.exec_driver_sql(explain + sql, params).scalar_one()
+                    conn.rollback()
+                touched = _touched(plan["Plan"])
+                if len({p.rsplit("_p", 1)[0] for p in touched}) < len(touched):
+                    wide.append((sql, sorted(touched)))
+        assert wide == []
