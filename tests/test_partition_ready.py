@@ -20,6 +20,7 @@ from store import InvalidInputError, Message, NewEvent, SchemaError, Store, new_
 from store._sql import migrate as _migrate
 from store._sql import projector
 from store.messages import dump_message
+from store.schema import events
 from tests.conftest import create_postgres_database, drop_postgres_database
 from tests.test_upgrade import load_postgres_fixture
 
@@ -259,6 +260,16 @@ def test_migrate_partitions_converts_the_log_in_place(written: str) -> None:
         assert ledger.history(conv.id)[-1].content == "after"
         assert ledger.verify(conv.id).ok
         with store.engine.connect() as conn:
+            # A partition's indexes are named after their parent's, so that a
+            # unique violation is read as the table's own (translate.key_name).
+            names = conn.exec_driver_sql(
+                "SELECT c.relname FROM pg_index x JOIN pg_class c ON c.oid = x.indexrelid "
+                "WHERE x.indrelid = 'chatledger_events_p1'::regclass"
+            ).scalars()
+            parents = {i.name for i in events.indexes} | {
+                c.name for c in events.constraints if c.name
+            }
+            assert {n.removesuffix("_p1") for n in names} <= parents | {"pk_chatledger_events"}
             # The sequence carries on past the copied rows, still owned by `seq`.
             assert (
                 conn.exec_driver_sql("SELECT max(seq) FROM chatledger_events").scalar_one()

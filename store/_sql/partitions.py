@@ -57,6 +57,16 @@ SELECT pg_get_triggerdef(oid), (tgtype & 1) = 0 FROM pg_trigger
 WHERE tgrelid = to_regclass(%(table)s) AND NOT tgisinternal
 ORDER BY tgname
 """
+# Each partition's index of a parent index, with the partition's name.
+_CHILD_INDEXES = """
+SELECT quote_ident(c.relname), p.relname, t.relname FROM pg_index x
+JOIN pg_inherits i ON i.inhparent = x.indexrelid
+JOIN pg_class p ON p.oid = x.indexrelid
+JOIN pg_class c ON c.oid = i.inhrelid
+JOIN pg_index cx ON cx.indexrelid = c.oid
+JOIN pg_class t ON t.oid = cx.indrelid
+WHERE x.indrelid = to_regclass(%(table)s)
+"""
 _SEQUENCES = """
 SELECT quote_ident(attname), pg_get_serial_sequence(%(table)s, attname) FROM pg_attribute
 WHERE attrelid = to_regclass(%(table)s) AND attnum > 0 AND NOT attisdropped
@@ -132,6 +142,12 @@ def _convert(conn: Connection, table: str, count: int) -> None:
         conn.exec_driver_sql(f"ALTER TABLE {table} ADD CONSTRAINT {name} {definition}")
     for definition in indexes:
         conn.exec_driver_sql(definition)
+    # A partition's index is named after its parent's (`<parent>_p<i>`), not
+    # by Postgres: a unique violation names the partition's index, and
+    # `translate.key_name` reads the parent's name back from it.
+    for child, parent, part in _rows(conn, _CHILD_INDEXES, table):
+        suffix = part.removeprefix(table)
+        conn.exec_driver_sql(f'ALTER INDEX {child} RENAME TO "{parent}{suffix}"')
     on_table = re.compile(rf" ON (\S+\.)?{re.escape(table)} ")
     for definition, per_statement in triggers:
         conn.exec_driver_sql(definition)
