@@ -289,7 +289,12 @@ class Ours:
         if url.startswith("postgresql"):
             url = with_application_name(url, OUR_APP)
         self.store = Store.open(url, message_cache=message_cache)
-        self.store.migrate()
+        # CHATLEDGER_BENCH_PARTITIONS=N: the Postgres log hash-partitioned (ADR 0022).
+        partitions = os.environ.get("CHATLEDGER_BENCH_PARTITIONS")
+        if partitions and url.startswith("postgresql"):
+            self.store.migrate(partitions=int(partitions))
+        else:
+            self.store.migrate()
         self.ledger = self.store.tenant("bench")
         self.cycle = Cycle()
         self.loop_conv = ""

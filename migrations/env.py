@@ -8,6 +8,7 @@ autogenerate only looks at `chatledger_` tables.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from alembic import context
@@ -17,12 +18,17 @@ from store._sql.dialect import create_engine
 from store.schema import metadata
 
 VERSION_TABLE = "chatledger_alembic_version"
+PARTITION = re.compile(r"chatledger_\w+_p\d+")
 
 
 def include_name(name: str | None, type_: str, _parents: dict[str, Any]) -> bool:
-    """Only chatledger's own tables are ours to compare and migrate."""
+    """Only chatledger's own tables are ours to compare and migrate.
+
+    The hash partitions `Store.migrate(partitions=N)` makes (`<table>_p<i>`,
+    store/_sql/partitions.py) are part of their table, not tables of their own.
+    """
     if type_ == "table":
-        return bool(name and name.startswith("chatledger_"))
+        return bool(name and name.startswith("chatledger_") and not PARTITION.fullmatch(name))
     return True
 
 

@@ -163,15 +163,19 @@ class AsyncStore:
         if self._owns_engine:
             await self.engine.dispose()
 
-    async def migrate(self, connection: AsyncConnection | None = None) -> None:
+    async def migrate(
+        self, connection: AsyncConnection | None = None, *, partitions: int | None = None
+    ) -> None:
         """Upgrade the schema to this package's head revision.
+
+        `partitions`: see `Store.migrate`.
 
         With `connection`, run inside the caller's transaction on it: Alembic
         is synchronous, so the upgrade runs through `connection.run_sync`.
         Commit it as usual, for example within
         `async with engine.begin() as connection:`.
         """
-        await self.execute(self._ops.migrate(), connection)
+        await self.execute(self._ops.migrate(partitions), connection)
 
     def tenant(self, tenant: str) -> AsyncLedger:
         """A handle whose every operation is scoped to `tenant`."""

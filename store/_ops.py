@@ -24,6 +24,7 @@ from store._sql import append as _append
 from store._sql import entries as _entries
 from store._sql import log as _log
 from store._sql import migrate as _migrate
+from store._sql import partitions as _partitions
 from store._sql import projector
 from store._sql import runs as _runs
 from store._sql import verify as _verify
@@ -69,7 +70,9 @@ def _history(
 ) -> list[Message]:
     conv = _log.get_conversation(conn, tenant, conversation_id)
     if at is None:
-        messages = load_messages(projector.view_payloads(conn, conv.id))
+        messages = load_messages(
+            projector.view_payloads(conn, conv.id, conv.forked_from is not None)
+        )
     else:
         if isinstance(at, datetime):
             point = projector.head_at(conn, conv.id, at)
@@ -510,8 +513,16 @@ class Operations:
 class StoreOperations:
     """Builds the operations over the whole database that `Store` and `AsyncStore` run."""
 
-    def migrate(self) -> Op[None]:
-        return Op("migrating the schema", write=True, fn=_migrate.upgrade)
+    def migrate(self, partitions: int | None = None) -> Op[None]:
+        if partitions is None:
+            return Op("migrating the schema", write=True, fn=_migrate.upgrade)
+
+        def migrate_partitioned(conn: Connection) -> None:
+            _partitions.refuse_sqlite(conn)
+            _migrate.upgrade(conn)
+            _partitions.partition(conn, partitions)
+
+        return Op("migrating the schema", write=True, fn=migrate_partitioned)
 
     def check_schema(self) -> Op[None]:
         return Op(

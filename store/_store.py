@@ -148,12 +148,19 @@ class Store:
         if self._owns_engine:
             self.engine.dispose()
 
-    def migrate(self, connection: Connection | None = None) -> None:
+    def migrate(
+        self, connection: Connection | None = None, *, partitions: int | None = None
+    ) -> None:
         """Upgrade the schema to this package's head revision.
 
-        With `connection`, run inside the caller's transaction on it.
+        With `connection`, run inside the caller's transaction on it. With
+        `partitions` (Postgres only), also make the events and head-view
+        tables hash-partitioned by conversation into that many partitions,
+        copying their rows, if they are not partitioned yet; a different
+        count on a partitioned database is refused
+        (docs/scaling.md).
         """
-        self.execute(self._ops.migrate(), connection)
+        self.execute(self._ops.migrate(partitions), connection)
 
     def tenant(self, tenant: str) -> Ledger:
         """A handle whose every operation is scoped to `tenant`."""

@@ -9,6 +9,13 @@ on SQLite (so a plain-SQL query uses the same spelling on both).
 
 Scale path: every table carries the conversation id and every secondary
 unique key starts with it, so the log can be partitioned by conversation.
+On Postgres, migration 0004 also puts it first in the primary keys of
+events `(conversation_id, seq)`, branches and runs `(conversation_id, id)`;
+SQLite keeps the single-column keys declared here (`seq` is its rowid;
+docs/adr/0017-sqlite-keeps-its-layout.md). Alembic's comparison ignores
+primary keys, so tests/test_partition_ready.py reads them from the catalog.
+Two keys are global by design: `chatledger_event_ids` (a lookup table) and
+conversations' `(tenant, key)` (docs/adr/0022-partition-ready-schema.md).
 """
 
 from __future__ import annotations
@@ -105,6 +112,8 @@ branches = sa.Table(
     # a resume exactly-once across racing workers.
     sa.UniqueConstraint("conversation_id", "resumes_run_id"),
     sa.CheckConstraint("reason IN ('root', 'run', 'resume', 'fork', 'edit')", name="reason"),
+    # A branch by id alone: a fork's parent branch is in another conversation.
+    sa.Index("ix_chatledger_branches_id", "id"),
 )
 
 events = sa.Table(
@@ -192,6 +201,8 @@ runs = sa.Table(
     sa.Column("ended_at", Timestamp, nullable=True),
     sa.CheckConstraint("status IN ('running', 'completed', 'failed', 'canceled')", name="status"),
     sa.Index("ix_chatledger_runs_conversation_id", "conversation_id", "id"),
+    # `run(run_id)`: on Postgres the primary key is (conversation_id, id).
+    sa.Index("ix_chatledger_runs_id", "id"),
     # A tenant's runs newest first, by status (`chatledger runs --status ...`).
     sa.Index("ix_chatledger_runs_tenant_status", "tenant", "status", "id"),
     # The resume worker's scan: running runs by lease expiry.
@@ -222,6 +233,11 @@ view_entries = sa.Table(
     sa.Column("conversation_id", Id, primary_key=True),
     sa.Column("position", sa.Integer, primary_key=True),
     sa.Column("event_seq", Seq, nullable=False),
+    # The conversation whose events hold the message, when it is not this one
+    # (a fork's inherited messages, shared, not copied); NULL otherwise. With
+    # it, the event is found by its key (conversation_id, seq), so a head read
+    # stays in the conversation's partition (docs/adr/0022).
+    sa.Column("event_conversation_id", Id, nullable=True),
     # Clustered by its key on SQLite: a head read is one contiguous range, and
     # an append writes one B-tree instead of a table and its index.
     sqlite_with_rowid=False,

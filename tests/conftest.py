@@ -107,12 +107,22 @@ def drop_postgres_database(url: str) -> None:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
+def partitions_under_test() -> int | None:
+    """`CHATLEDGER_TEST_PARTITIONS=N`: the session's Postgres database is hash-partitioned."""
+    value = os.environ.get("CHATLEDGER_TEST_PARTITIONS")
+    return int(value) if value else None
+
+
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
-    """A migrated throwaway Postgres database for this test session."""
+    """A migrated throwaway Postgres database for this test session.
+
+    Its events and head-view tables are hash-partitioned into N partitions
+    when `CHATLEDGER_TEST_PARTITIONS=N` is set (docs/scaling.md).
+    """
     url = create_postgres_database()
     with Store.open(url) as store:
-        store.migrate()
+        store.migrate(partitions=partitions_under_test())
     yield url
     drop_postgres_database(url)
 

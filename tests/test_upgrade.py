@@ -43,6 +43,13 @@ def written_at_0002(backend: str, tmp_path: Path) -> Iterator[str]:
         yield f"sqlite:///{path}"
         return
     url = create_postgres_database("chatledger_upgrade")
+    load_postgres_fixture(url)
+    yield url
+    drop_postgres_database(url)
+
+
+def load_postgres_fixture(url: str) -> None:
+    """Restore `revision_0002.sql` into the empty database at `url`."""
     # psql's meta-commands (`\restrict`) are not SQL; the rest runs as one script.
     # (Split on newlines only: `splitlines` would also split the U+2028 in a payload.)
     script = "\n".join(
@@ -52,20 +59,21 @@ def written_at_0002(backend: str, tmp_path: Path) -> Iterator[str]:
     )
     with psycopg.connect(_libpq(url), autocommit=True) as conn:
         conn.execute(script.encode())
-    yield url
-    drop_postgres_database(url)
 
 
 def rows(engine: sa.Engine, table: str) -> list[dict[str, Any]]:
     with engine.connect() as conn:
         found = conn.execute(sa.text(f"SELECT * FROM {table}")).mappings().all()
-    key = "seq" if table == "chatledger_events" else None
-    ordered = sorted(
-        found, key=lambda r: r[key] if key else tuple(str(r[c]) for c in sorted(r.keys()))
+    return in_order(
+        table,
+        [{k: bytes(v) if isinstance(v, memoryview) else v for k, v in r.items()} for r in found],
     )
-    return [
-        {k: bytes(v) if isinstance(v, memoryview) else v for k, v in r.items()} for r in ordered
-    ]
+
+
+def in_order(table: str, found: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if table == "chatledger_events":
+        return sorted(found, key=lambda r: int(r["seq"]))
+    return sorted(found, key=lambda r: tuple(str(r[c]) for c in sorted(r.keys())))
 
 
 def test_a_database_written_at_revision_0002_upgrades_in_place(written_at_0002: str) -> None:
@@ -85,7 +93,7 @@ def test_a_database_written_at_revision_0002_upgrades_in_place(written_at_0002: 
         # Every row and every column it had is as it was, byte for byte;
         # the new columns hold their defaults.
         for table in TABLES:
-            old = [{k: r[k] for k in before[table][0]} for r in after[table]]
+            old = in_order(table, [{k: r[k] for k in before[table][0]} for r in after[table]])
             assert old == before[table], table
         assert {(r["key"], r["state"]) for r in after["chatledger_conversations"]} == {(None, "{}")}
 

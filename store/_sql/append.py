@@ -54,6 +54,7 @@ from store._sql.log import (
     utc,
 )
 from store._sql.projector import head_is_open
+from store._sql.translate import key_name
 from store._values import Appended, BranchReason, Conversation, Event, NewEvent, Position
 from store.ids import new_id
 from store.schema import events
@@ -243,7 +244,7 @@ def append_postgres(
         # A concurrent append took one of the caller's ids or the idempotency
         # key after this statement's snapshot: it wrote nothing; the general
         # path reports the taken id, or replays the key's append.
-        if error.diag.constraint_name in _RACED:
+        if key_name(error.diag.constraint_name) in _RACED:
             return None
         raise
     rows = cursor.fetchall()

@@ -255,8 +255,13 @@ def tool_executions(
         sa.select(*columns)
         .select_from(
             s.join(conversations, conversations.c.id == s.c.conversation_id)
-            .outerjoin(fin, fin.c.seq == finish)
-            .outerjoin(runs, runs.c.id == s.c.run_id)
+            .outerjoin(
+                fin, sa.and_(fin.c.conversation_id == s.c.conversation_id, fin.c.seq == finish)
+            )
+            .outerjoin(
+                runs,
+                sa.and_(runs.c.conversation_id == s.c.conversation_id, runs.c.id == s.c.run_id),
+            )
         )
         .where(conversations.c.tenant == tenant, s.c.kind == _TOOL_STARTED)
     )

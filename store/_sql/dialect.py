@@ -59,6 +59,7 @@ __all__ = [
     "db_now",
     "db_now_plus",
     "for_update",
+    "hold_name",
     "install_sqlite_hooks",
     "is_sqlite",
     "json_text",
@@ -433,6 +434,19 @@ def db_now_plus(bind: Engine | Connection, seconds: float) -> ColumnElement[Any]
 def for_update(bind: Connection, stmt: sa.Select[Any]) -> sa.Select[Any]:
     """Lock the selected rows on Postgres; SQLite's writer lock already serializes."""
     return stmt if is_sqlite(bind) else stmt.with_for_update()
+
+
+def hold_name(bind: Connection, name: str) -> None:
+    """Serialize the transactions that use `name` until this one ends.
+
+    For a uniqueness the keys cannot enforce (a run id across conversations:
+    its key is `(conversation_id, id)` on Postgres, docs/adr/0022). Postgres
+    takes a transaction-scoped advisory lock on the name's hash (a collision
+    only serializes two unrelated writers); SQLite's writer lock already
+    serializes.
+    """
+    if not is_sqlite(bind):
+        bind.execute(sa.select(sa.func.pg_advisory_xact_lock(sa.func.hashtextextended(name, 0))))
 
 
 # -- JSON text and time values (audit queries) ------------------------------------------

@@ -38,7 +38,7 @@ from store._sql.log import (
 from store._sql.translate import unique_violation
 from store._values import Conversation, Entry, Event, NewEvent, Position
 from store.messages import load_messages
-from store.schema import conversations, event_ids, events, view_entries
+from store.schema import conversations, event_ids, events
 
 __all__ = [
     "changed_fields",
@@ -75,22 +75,22 @@ def entries(
 ) -> list[Entry]:
     """The messages of the lineage ending at `at` (None: the head), oldest first;
     only the last `last` of them when given."""
+    position: sa.ColumnElement[Any]
     if at is None:
-        query = (
-            sa.select(*_COLUMNS)
-            .select_from(view_entries.join(events, events.c.seq == view_entries.c.event_seq))
-            .where(view_entries.c.conversation_id == conv.id)
-        )
+        head = projector.view_rows(conv.id, _COLUMNS, conv.forked_from is not None)
+        query = sa.select(*(head.c[c.name] for c in _COLUMNS))
+        position = head.c.view_position
     else:
         segments = projector.lineage(conn, at)
         query = sa.select(*_COLUMNS).where(
             projector.in_segments(segments), events.c.kind == MESSAGE
         )
+        position = events.c.position
     if last is not None:
-        rows = list(conn.execute(query.order_by(events.c.position.desc()).limit(last)))
+        rows = list(conn.execute(query.order_by(position.desc()).limit(last)))
         rows.reverse()
     else:
-        rows = list(conn.execute(query.order_by(events.c.position)))
+        rows = list(conn.execute(query.order_by(position)))
     return _entries(rows)
 
 
@@ -101,9 +101,13 @@ def entry(conn: Connection, tenant: str, event_id: str) -> Entry:
     row = conn.execute(
         sa.select(*_COLUMNS)
         .select_from(
-            event_ids.join(events, events.c.seq == event_ids.c.event_seq).join(
-                conversations, conversations.c.id == event_ids.c.conversation_id
-            )
+            event_ids.join(
+                events,
+                sa.and_(
+                    events.c.conversation_id == event_ids.c.conversation_id,
+                    events.c.seq == event_ids.c.event_seq,
+                ),
+            ).join(conversations, conversations.c.id == event_ids.c.conversation_id)
         )
         .where(event_ids.c.id == event_id, conversations.c.tenant == tenant)
     ).first()

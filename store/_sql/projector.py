@@ -39,6 +39,7 @@ __all__ = [
     "move_view",
     "rebuild_views",
     "view_payloads",
+    "view_rows",
 ]
 
 MESSAGE = "message.recorded"
@@ -131,15 +132,49 @@ def message_payloads(conn: Connection, segments: Sequence[Segment]) -> list[str]
     return list(rows)
 
 
-def view_payloads(conn: Connection, conversation_id: str) -> list[str]:
+def view_payloads(conn: Connection, conversation_id: str, fork: bool) -> list[str]:
     """The head view's message payloads: one indexed range scan."""
-    rows = conn.execute(
-        sa.select(events.c.payload)
-        .select_from(view_entries.join(events, events.c.seq == view_entries.c.event_seq))
-        .where(view_entries.c.conversation_id == conversation_id)
-        .order_by(view_entries.c.position)
-    ).scalars()
+    head = view_rows(conversation_id, [events.c.payload], fork)
+    rows = conn.execute(sa.select(head.c.payload).order_by(head.c.view_position)).scalars()
     return list(rows)
+
+
+def view_rows(
+    conversation_id: str, columns: Sequence[sa.ColumnElement[Any]], fork: bool
+) -> sa.Subquery:
+    """The head view's events as `columns` of `events`, with the entry's `view_position`.
+
+    The conversation's own entries, whose events are found by
+    `(conversation_id, seq)` with the conversation id known when the query is
+    planned (on a partitioned log, one partition); for a `fork`, also its
+    inherited entries, which name the conversation holding their events.
+    """
+
+    def part(holder: sa.ColumnElement[Any], own: bool) -> sa.Select[Any]:
+        entry = view_entries.c.event_conversation_id
+        return (
+            sa.select(view_entries.c.position.label("view_position"), *columns)
+            .select_from(
+                view_entries.join(
+                    events,
+                    sa.and_(
+                        events.c.conversation_id == holder,
+                        events.c.seq == view_entries.c.event_seq,
+                    ),
+                )
+            )
+            .where(
+                view_entries.c.conversation_id == conversation_id,
+                entry.is_(None) if own else entry.is_not(None),
+            )
+        )
+
+    own = part(view_entries.c.conversation_id, True)
+    if not fork:
+        return own.subquery("head_view")
+    return sa.union_all(own, part(view_entries.c.event_conversation_id, False)).subquery(
+        "head_view"
+    )
 
 
 def advance_view(conn: Connection, conversation_id: str, rows: Sequence[tuple[int, int]]) -> None:
@@ -177,13 +212,15 @@ def _fill_view(
 ) -> None:
     if not any(last > after for *_, last in segments):
         return
+    own = sa.literal(conversation_id, type_=view_entries.c.conversation_id.type)
     conn.execute(
         view_entries.insert().from_select(
-            ["conversation_id", "position", "event_seq"],
+            ["conversation_id", "position", "event_seq", "event_conversation_id"],
             sa.select(
-                sa.literal(conversation_id, type_=view_entries.c.conversation_id.type),
+                own,
                 events.c.position,
                 events.c.seq,
+                sa.func.nullif(events.c.conversation_id, own),
             ).where(in_segments(segments, after), events.c.kind == MESSAGE),
         )
     )
@@ -267,13 +304,34 @@ def head_at(conn: Connection, conversation_id: str, when: datetime) -> Position 
 
 # -- the head read in one query, on a DB-API cursor (Store.execute's fast tier) -----
 
-_HEAD_PAYLOADS = (
-    "SELECT e.seq, e.payload FROM chatledger_conversations c "
+# A conversation's own entries, then a fork's inherited ones (see `view_rows`).
+_OWN_HEAD = (
+    "SELECT v.position, e.seq, e.payload FROM chatledger_conversations c "
     "JOIN chatledger_view_entries v ON v.conversation_id = c.id "
-    "JOIN chatledger_events e ON e.seq = v.event_seq "
-    "WHERE c.id = {id} AND c.tenant = {tenant} ORDER BY v.position"
+    "JOIN chatledger_events e ON e.conversation_id = v.conversation_id AND e.seq = v.event_seq "
+    "WHERE c.id = {id} AND c.tenant = {tenant} AND v.event_conversation_id IS NULL"
 )
-_PG_HEAD_PAYLOADS = _HEAD_PAYLOADS.format(id="%(id)s", tenant="%(tenant)s")
+_HEAD_PAYLOADS = (
+    "SELECT seq, payload FROM (" + _OWN_HEAD + " UNION ALL "
+    "SELECT v.position, e.seq, e.payload FROM chatledger_conversations c "
+    "JOIN chatledger_view_entries v ON v.conversation_id = c.id "
+    "JOIN chatledger_events e ON e.conversation_id = v.event_conversation_id "
+    "AND e.seq = v.event_seq "
+    "WHERE c.id = {id} AND c.tenant = {tenant}"
+    ") h ORDER BY position"
+)
+# On Postgres, each inherited entry's event is looked up on its own (a
+# lateral subquery the planner keeps): a conversation that is no fork has
+# none, so no other partition of a partitioned log is read.
+_PG_HEAD_PAYLOADS = (
+    "SELECT seq, payload FROM (" + _OWN_HEAD + " UNION ALL "
+    "SELECT v.position, x.seq, x.payload FROM chatledger_conversations c "
+    "JOIN chatledger_view_entries v ON v.conversation_id = c.id "
+    "CROSS JOIN LATERAL (SELECT e.seq, e.payload FROM chatledger_events e "
+    "WHERE e.conversation_id = v.event_conversation_id AND e.seq = v.event_seq OFFSET 0) x "
+    "WHERE c.id = {id} AND c.tenant = {tenant} AND v.event_conversation_id IS NOT NULL"
+    ") h ORDER BY position"
+).format(id="%(id)s", tenant="%(tenant)s")
 _SQLITE_HEAD_PAYLOADS = _HEAD_PAYLOADS.format(id="?", tenant="?")
 
 
@@ -294,6 +352,6 @@ def head_payloads_sqlite(
     cursor: Any, tenant: str, conversation_id: str
 ) -> list[tuple[int, str]] | None:
     """`head_payloads_postgres` through a SQLite DB-API cursor."""
-    cursor.execute(_SQLITE_HEAD_PAYLOADS, (conversation_id, tenant))
+    cursor.execute(_SQLITE_HEAD_PAYLOADS, (conversation_id, tenant) * 2)
     rows: list[tuple[int, str]] = cursor.fetchall()
     return rows or None

@@ -40,7 +40,7 @@ from store._errors import (
 from store._sql import append as _append
 from store._sql import log as _log
 from store._sql import projector
-from store._sql.dialect import db_now, db_now_plus, is_sqlite
+from store._sql.dialect import db_now, db_now_plus, hold_name, is_sqlite
 from store._sql.translate import unique_violation
 from store._values import (
     BranchReason,
@@ -167,7 +167,8 @@ def start_run(
     a new branch. A resume always opens a `resume` branch, and the unique key
     on the resumed run id lets only one exist.
     """
-    run_id = check_new_id(run_id, "run") or new_id()
+    given = check_new_id(run_id, "run")
+    run_id = given or new_id()
     check_text(owner, "lease owner")
     check_seconds(lease_seconds, "lease_seconds")
     if model is not None:
@@ -177,6 +178,11 @@ def start_run(
     if resumes is not None:
         check_id(resumes, "run")
     conv = _log.get_conversation(conn, tenant, conversation_id, lock=True)
+    if given is not None:
+        # The key is (conversation_id, id): a caller's id is checked under a
+        # lock on it, so two conversations cannot both take it. (A minted
+        # UUIDv7 is unique by its random bits.)
+        hold_name(conn, f"chatledger_run:{run_id}")
     if _run_taken(conn, run_id):
         raise ConflictError(
             f"Run id '{run_id}' is taken. Pass another id, or none to have chatledger mint one.",
@@ -516,6 +522,7 @@ def _logged_counts(conn: Connection, run: Run) -> tuple[int, int]:
         sa.select(events.c.kind, sa.func.count())
         .where(
             events.c.run_id == run.id,
+            events.c.conversation_id == run.conversation_id,
             events.c.kind.in_(["model.responded", "tool.finished"]),
         )
         .group_by(events.c.kind)

@@ -28,6 +28,7 @@ Anything else is a `StorageError` that quotes the driver.
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -39,7 +40,7 @@ from sqlalchemy import exc as sa_exc
 
 from store._errors import ChatledgerError, InvalidInputError, SchemaError, StorageError
 
-__all__ = ["translating", "unique_violation"]
+__all__ = ["key_name", "translating", "unique_violation"]
 
 # A session the server ended: terminated or shut down (57P01, 57P02), or idle
 # too long (57P05).
@@ -48,7 +49,19 @@ _SESSION_ENDED = (pg_errors.AdminShutdown, pg_errors.CrashShutdown, pg_errors.Id
 _CONNECTION_EXCEPTION = "08"
 # SQLite's primary result code is the low byte of the extended one.
 _PRIMARY = 0xFF
+_PARTITION_KEY = re.compile(r"_p\d+$")
 _SQLITE_UNIQUE = (sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY)
+
+
+def key_name(name: str | None) -> str | None:
+    """The name of the table's key that `name`, a key Postgres reported, belongs to.
+
+    On a hash-partitioned table (store/_sql/partitions.py) a violation names
+    the partition's index, `<key>_p<i>`.
+    """
+    if name is None:
+        return None
+    return _PARTITION_KEY.sub("", name)
 
 
 def unique_violation(error: BaseException, table: sa.Table, columns: Sequence[str]) -> bool:
@@ -60,7 +73,7 @@ def unique_violation(error: BaseException, table: sa.Table, columns: Sequence[st
         return False
     orig = error.orig
     if isinstance(orig, pg_errors.UniqueViolation):
-        name = orig.diag.constraint_name
+        name = key_name(orig.diag.constraint_name)
         return any(
             getattr(constraint, "name", None) == name
             and [c.name for c in getattr(constraint, "columns", [])] == list(columns)

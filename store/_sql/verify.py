@@ -427,7 +427,7 @@ GROUP BY b.conversation_id
 
 _NAMED = (
     "SELECT seq, CAST(id AS TEXT), CAST(branch_id AS TEXT), position, kind "
-    "FROM chatledger_events WHERE seq = ANY(%s)"
+    "FROM chatledger_events WHERE conversation_id = ANY(CAST(%s AS uuid[])) AND seq = ANY(%s)"
 )
 
 
@@ -451,11 +451,11 @@ def _verify_in_database(conn: Connection, ids: list[str]) -> _Chains:
         naming_seqs += names or ()
     naming: list[_Naming] = []
     if naming_seqs:
-        naming = _fetch(conn, _NAMING, (naming_seqs,))
+        naming = _fetch(conn, _NAMING, (ids, naming_seqs))
     problems = {}
     if failed:
         seqs = [seq for seq, _ in failed.values()]
-        named = {row[0]: row for row in _fetch(conn, _NAMED, (seqs,))}
+        named = {row[0]: row for row in _fetch(conn, _NAMED, (ids, seqs))}
         for conversation_id, (seq, expected) in failed.items():
             row = named[seq]
             problems[conversation_id] = (
@@ -466,7 +466,7 @@ def _verify_in_database(conn: Connection, ids: list[str]) -> _Chains:
 
 _NAMING = (
     "SELECT CAST(conversation_id AS TEXT), seq, CAST(id AS TEXT), kind, payload "
-    "FROM chatledger_events WHERE seq = ANY(%s)"
+    "FROM chatledger_events WHERE conversation_id = ANY(CAST(%s AS uuid[])) AND seq = ANY(%s)"
 )
 
 
