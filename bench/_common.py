@@ -31,15 +31,15 @@ def libpq(url: str) -> str:
 
 
 @contextmanager
-def postgres_database(prefix: str) -> Iterator[str]:
-    """A throwaway Postgres database; yields its SQLAlchemy URL."""
+def postgres_database(prefix: str, admin_url: str = ADMIN_URL) -> Iterator[str]:
+    """A throwaway Postgres database on `admin_url`'s server; yields its SQLAlchemy URL."""
     name = f"{prefix}_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(libpq(ADMIN_URL), autocommit=True) as conn:
+    with psycopg.connect(libpq(admin_url), autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     try:
-        yield sa.make_url(ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+        yield sa.make_url(admin_url).set(database=name).render_as_string(hide_password=False)
     finally:
-        with psycopg.connect(libpq(ADMIN_URL), autocommit=True) as conn:
+        with psycopg.connect(libpq(admin_url), autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 

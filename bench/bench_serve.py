@@ -64,16 +64,13 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 import psycopg
-import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -85,6 +82,7 @@ from bench._common import (
     cpu_spent,
     libpq,
     machine,
+    postgres_database,
     server_cpu,
     with_application_name,
 )
@@ -566,18 +564,6 @@ def check_log(url: str, tenant: str, tally: Tally) -> None:
 # -- the whole ----------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def throwaway_database(admin_url: str) -> Iterator[str]:
-    name = f"chatledger_bench_serve_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(libpq(admin_url), autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield sa.make_url(admin_url).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with psycopg.connect(libpq(admin_url), autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
 def serve_side(url: str, admin_url: str, args: argparse.Namespace) -> tuple[Tally, list[str], int]:
     key = new_api_key()
     with tempfile.TemporaryDirectory() as tmp:
@@ -717,7 +703,7 @@ def main(argv: list[str] | None = None) -> int:
 
     facts = machine()
     facts["library working tree at start"] = working_tree()
-    with throwaway_database(args.admin_url) as url:
+    with postgres_database("chatledger_bench_serve", args.admin_url) as url:
         with Store.open(url) as store:
             store.migrate()
         print(
