@@ -24,11 +24,11 @@ from typing import Annotated, Any
 
 from fastapi import Body, Depends, FastAPI, Query, Request, Security
 from fastapi.security import HTTPBearer
-from pydantic import TypeAdapter
 from sse_starlette import EventSourceResponse
 from starlette.responses import JSONResponse, Response
 
 from engine import Agent, Result, RunError, Source
+from engine._cli._common import to_json  # chatledger's JSON of a store value, as the CLI prints it
 from service._boundary import TENANT_SCOPE_KEY, Boundary
 from service._errors import (
     error_response,
@@ -76,16 +76,6 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
         502: "The model failed; `resume` names the run to resume.",
     }.items()
 }
-
-
-@functools.cache
-def _adapter(of: Any) -> TypeAdapter[Any]:
-    return TypeAdapter(of)
-
-
-def _json(value: Any, of: Any, **options: Any) -> Any:
-    """A store value as chatledger's JSON (camelCase keys, as the CLI prints it)."""
-    return _adapter(of).dump_python(value, mode="json", by_alias=True, **options)
 
 
 def create_app(
@@ -199,7 +189,7 @@ def create_app(
     async def conversation(conversation_id: str, ledger: Ledger_) -> JSONResponse:
         """A conversation: its head and where it came from."""
         found = await ledger.conversation(conversation_id)
-        return JSONResponse(_json(found, Conversation, exclude={"head_open"}))
+        return JSONResponse(to_json(found, Conversation, exclude={"head_open"}))
 
     @app.get("/v1/conversations/{conversation_id}/messages", tags=["read"], responses=_ERRORS)
     async def messages(
@@ -225,7 +215,7 @@ def create_app(
         """The conversation's runs, newest first."""
         await ledger.conversation(conversation_id)  # a missing one is a 404, not an empty list
         found = await ledger.runs(conversation_id=conversation_id, limit=limit)
-        return JSONResponse({"runs": _json(found, list[Run])})
+        return JSONResponse({"runs": to_json(found, list[Run])})
 
     @app.post(
         "/v1/conversations/{conversation_id}/forks",
@@ -249,7 +239,7 @@ def create_app(
         """One run and its timeline: every event it recorded, in order."""
         found = await ledger.run(run_id)
         events = await ledger.events(run_id=run_id)
-        return JSONResponse({"run": _json(found, Run), "events": _json(events, list[Event])})
+        return JSONResponse({"run": to_json(found, Run), "events": to_json(events, list[Event])})
 
     return app
 
