@@ -80,12 +80,18 @@ def run_trials(url: str, ledger: Ledger, exec_log: Path) -> list[Trial]:
         while waiting:
             assert time.monotonic() < deadline, "agent processes never started their runs"
             for trial in list(waiting):
+                # Whether it had exited is read before its runs: a process can
+                # start and finish its whole run between the two reads.
+                exited = trial.process.poll() is not None
                 if ledger.runs(conversation_id=trial.conversation_id):
                     # The random moment of the kill, counted from when its run began.
                     kills.append((time.monotonic() + rng.uniform(0, 0.4), trial))
                     waiting.remove(trial)
                 else:
-                    assert trial.process.poll() is None, "an agent process died on its own"
+                    assert not exited, (
+                        f"an agent process died before starting its run: "
+                        f"{trial.process.communicate()[1]}"
+                    )
         for moment, trial in sorted(kills, key=lambda k: k[0]):
             time.sleep(max(0.0, moment - time.monotonic()))
             if trial.process.poll() is None:

@@ -19,6 +19,11 @@ from store.schema import runs
 from tests.agent import crash_agent
 
 LEASE = 1.0
+# The lease of a live worker racing others: long enough that a worker starved by
+# a busy machine keeps its claim, so each crashed run is resumed by the one
+# worker that claimed it. (With a lease shorter than a stall, another worker
+# rightly takes the stalled resume over; the fencing tests below cover that.)
+RACING_LEASE = 30.0
 
 
 def crashed_run(ledger: Ledger) -> tuple[str, str]:
@@ -63,7 +68,7 @@ def wait_until_stale(store: Store) -> None:
 
 
 def worker_process(
-    url: str, *extra: str, env: dict[str, str] | None = None
+    url: str, *extra: str, env: dict[str, str] | None = None, lease: float = LEASE
 ) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [
@@ -76,7 +81,7 @@ def worker_process(
             "--once",
             "--json",
             "--lease-seconds",
-            str(LEASE),
+            str(lease),
             "--database-url",
             url,
             *extra,
@@ -107,7 +112,7 @@ def test_racing_workers_resume_each_run_exactly_once(
 ) -> None:
     crashed = [crashed_run(ledger) for _ in range(20)]
     wait_until_stale(store)
-    workers = [worker_process(database_url) for _ in range(4)]
+    workers = [worker_process(database_url, lease=RACING_LEASE) for _ in range(4)]
     outputs = [w.communicate(timeout=300) for w in workers]
     assert all(w.returncode == 0 for w in workers), [e for _, e in outputs]
     actions = [json.loads(line) for out, _ in outputs for line in out.splitlines()]
