@@ -14,8 +14,10 @@ events `(conversation_id, seq)`, branches and runs `(conversation_id, id)`;
 SQLite keeps the single-column keys declared here (`seq` is its rowid;
 docs/adr/0017-sqlite-keeps-its-layout.md). Alembic's comparison ignores
 primary keys, so tests/test_partition_ready.py reads them from the catalog.
-Two keys are global by design: `chatledger_event_ids` (a lookup table) and
-conversations' `(tenant, key)` (docs/adr/0022-partition-ready-schema.md).
+Two lookup tables are global by design, each keyed by what a caller looks up
+before it knows the conversation: `chatledger_event_ids` (a caller-minted
+event id) and `chatledger_conversation_keys` (a conversation key; migration
+0005). docs/adr/0022-partition-ready-schema.md gives the reasons.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from store._sql.dialect import InsertingTransaction
 
 __all__ = [
     "branches",
+    "conversation_keys",
     "conversations",
     "event_ids",
     "events",
@@ -73,19 +76,12 @@ conversations = sa.Table(
     sa.Column("forked_from_branch_id", Id, nullable=True),
     sa.Column("forked_from_position", sa.Integer, nullable=True),
     # A caller's own name for the conversation (a framework's session or
-    # thread id), unique within the tenant.
+    # thread id), unique within the tenant: `chatledger_conversation_keys`
+    # holds the uniqueness and the lookup, this copy is what a read returns.
     sa.Column("key", sa.String(512), nullable=True),
     # The conversation's current state: a JSON object that changes after
     # creation, each change a `state.changed` event; `{}` until the first.
     sa.Column("state", sa.Text, nullable=False, server_default="{}"),
-    sa.Index(
-        "uq_chatledger_conversations_tenant_key",
-        "tenant",
-        "key",
-        unique=True,
-        sqlite_where=sa.text("key IS NOT NULL"),
-        postgresql_where=sa.text("key IS NOT NULL"),
-    ),
     # Keyset pagination of a tenant's conversations, newest first (ids are UUIDv7).
     sa.Index("ix_chatledger_conversations_tenant_id", "tenant", "id"),
     # "Which conversations were forked from this one" (audit, lineage).
@@ -223,6 +219,18 @@ event_ids = sa.Table(
     sa.Column("id", Id, primary_key=True),
     sa.Column("conversation_id", Id, nullable=False),
     sa.Column("event_seq", Seq, nullable=False),
+)
+
+conversation_keys = sa.Table(
+    "chatledger_conversation_keys",
+    metadata,
+    # Each conversation key (`create_conversation(key=...)`) and its
+    # conversation: a key is resolved before its conversation is known, so
+    # its uniqueness cannot live in a table keyed by the conversation.
+    # Written in the transaction that creates the conversation.
+    sa.Column("tenant", sa.String(200), primary_key=True),
+    sa.Column("key", sa.String(512), primary_key=True),
+    sa.Column("conversation_id", Id, nullable=False),
 )
 
 view_entries = sa.Table(

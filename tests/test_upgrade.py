@@ -19,7 +19,7 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from store import Message, Store, new_id
+from store import ConflictError, Message, NotFoundError, Store, new_id
 from store._sql import migrate as _migrate
 from store.messages import dump_message
 from tests.conftest import _libpq, create_postgres_database, drop_postgres_database
@@ -121,3 +121,63 @@ def test_a_database_written_at_revision_0002_upgrades_in_place(written_at_0002: 
         assert ledger.conversation(conv.id).state == {"r": 1}
         assert ledger.create_conversation(key=f"k-{uuid.uuid4().hex}").key is not None
         assert ledger.verify(conv.id).ok
+
+
+def test_conversation_keys_move_to_their_lookup_table_and_back(written_at_0002: str) -> None:
+    """Migration 0005: the keys of a database at 0004 move to `chatledger_conversation_keys`."""
+    engine = sa.create_engine(written_at_0002)
+    try:
+        with engine.begin() as conn:
+            _migrate.upgrade(conn, "0004")
+            ids = conn.execute(
+                sa.text("SELECT id, tenant FROM chatledger_conversations ORDER BY id")
+            ).all()
+            # Keys as chatledger wrote them at 0004: on the conversation row.
+            keyed = {
+                str(cid): (tenant, f"session {i} \u2028 ünïcode")
+                for i, (cid, tenant) in enumerate(ids[:3])
+            }
+            for cid, (_, key) in keyed.items():
+                conn.execute(
+                    sa.text("UPDATE chatledger_conversations SET key = :key WHERE id = :id"),
+                    {"key": key, "id": cid},
+                )
+        before = {table: rows(engine, table) for table in TABLES}
+    finally:
+        engine.dispose()
+
+    with Store.open(written_at_0002) as store:
+        store.migrate()
+        store.check_schema()
+        assert {table: rows(store.engine, table) for table in TABLES} == before
+        with store.engine.connect() as conn:
+            moved = conn.execute(
+                sa.text("SELECT tenant, key, conversation_id FROM chatledger_conversation_keys")
+            ).all()
+        assert {str(cid): (tenant, key) for tenant, key, cid in moved} == keyed
+        for cid, (tenant, key) in keyed.items():
+            ledger = store.tenant(tenant)
+            assert ledger.conversation_by_key(key).id == cid
+            with pytest.raises(ConflictError, match="is taken"):
+                ledger.create_conversation(key=key)
+            other = "globex" if tenant == "acme" else "acme"
+            with pytest.raises(NotFoundError):
+                store.tenant(other).conversation_by_key(key)
+        # A key made after the upgrade goes through the table too, and back.
+        tenant = next(iter(keyed.values()))[0]
+        made = store.tenant(tenant).create_conversation(key="made at 0005")
+        assert store.tenant(tenant).conversation_by_key("made at 0005").id == made.id
+
+        with store.engine.begin() as conn:
+            _migrate.downgrade(conn, "0004")
+        assert "chatledger_conversation_keys" not in sa.inspect(store.engine).get_table_names()
+        with store.engine.begin() as conn, pytest.raises(sa.exc.IntegrityError):
+            # The unique index is back on the conversation rows.
+            conn.execute(
+                sa.text("UPDATE chatledger_conversations SET key = 'made at 0005' WHERE id = :id"),
+                {"id": next(iter(keyed))},
+            )
+        with store.engine.begin() as conn:
+            _migrate.upgrade(conn)
+        store.check_schema()
+        assert store.tenant(tenant).conversation_by_key("made at 0005").id == made.id

@@ -39,7 +39,7 @@ from store._values import (
 )
 from store.ids import new_id
 from store.messages import Message, dump_message
-from store.schema import branches, conversations, events, runs
+from store.schema import branches, conversation_keys, conversations, events, runs
 
 __all__ = [
     "MAX_KEY_CHARS",
@@ -290,7 +290,7 @@ def create_conversation_event(
         # Another transaction took the id (or the key) between the checks above
         # and here; the transaction rolls back as this propagates, so nothing
         # is written.
-        if key is not None and unique_violation(error, conversations, ["tenant", "key"]):
+        if key is not None and unique_violation(error, conversation_keys, ["tenant", "key"]):
             raise key_taken(key, conversation_id) from error
         if unique_violation(error, conversations, ["id"]):
             raise ConflictError(
@@ -331,6 +331,10 @@ def _insert_conversation(
             forked_from_position=fork_point.position if fork_point else None,
         )
     )
+    if key is not None:
+        conn.execute(
+            conversation_keys.insert().values(tenant=tenant, key=key, conversation_id=conversation_id)
+        )
 
 
 def _created_payload(
@@ -374,25 +378,34 @@ def key_taken(key: str, conversation_id: str) -> ConflictError:
 
 def _key_taken(conn: Connection, tenant: str, key: str) -> bool:
     found = conn.execute(
-        sa.select(conversations.c.id).where(
-            conversations.c.tenant == tenant, conversations.c.key == key
+        sa.select(conversation_keys.c.conversation_id).where(
+            conversation_keys.c.tenant == tenant, conversation_keys.c.key == key
         )
     ).first()
     return found is not None
 
 
-_BY_KEY = "SELECT {columns} FROM chatledger_conversations WHERE tenant = {tenant} AND key = {key}"
+# Through the lookup table, then the conversation by its id (one partition or
+# shard); the conversation's tenant is checked again on its own row.
+_BY_KEY = (
+    "SELECT {columns} FROM chatledger_conversation_keys k "
+    "JOIN chatledger_conversations c ON c.id = k.conversation_id AND c.tenant = k.tenant "
+    "WHERE k.tenant = {tenant} AND k.key = {key}"
+)
 _UUIDS = {"id", "head_branch_id", "forked_from_conversation_id", "forked_from_branch_id"}
 _PG_BY_KEY = _BY_KEY.format(
     # The ids as text, as SQLAlchemy's `Id` type hands them back.
     columns=", ".join(
-        f"{c.name}::text AS {c.name}" if c.name in _UUIDS else c.name for c in conversations.columns
+        f"c.{c.name}::text AS {c.name}" if c.name in _UUIDS else f"c.{c.name}"
+        for c in conversations.columns
     ),
     tenant="%(tenant)s",
     key="%(key)s",
 )
 _SQLITE_BY_KEY = _BY_KEY.format(
-    columns=", ".join(c.name for c in conversations.columns), tenant="?", key="?"
+    columns=", ".join(f"c.{c.name} AS {c.name}" for c in conversations.columns),
+    tenant="?",
+    key="?",
 )
 
 
@@ -424,7 +437,15 @@ def get_conversation_by_key(conn: Connection, tenant: str, key: str) -> Conversa
     """The tenant's conversation with this key; `NotFoundError` when it has none."""
     check_key(key)
     row = conn.execute(
-        sa.select(conversations).where(conversations.c.tenant == tenant, conversations.c.key == key)
+        sa.select(conversations)
+        .join(
+            conversation_keys,
+            sa.and_(
+                conversations.c.id == conversation_keys.c.conversation_id,
+                conversations.c.tenant == conversation_keys.c.tenant,
+            ),
+        )
+        .where(conversation_keys.c.tenant == tenant, conversation_keys.c.key == key)
     ).first()
     if row is None:
         raise NotFoundError("conversation key", key, tenant)
