@@ -10,7 +10,7 @@ face's driver connections in a worker thread, the rest through SQLAlchemy's
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -18,6 +18,7 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.ext.asyncio import create_async_engine as sa_create_async_engine
 
+from store import _tail
 from store._audit import AsyncAudit
 from store._cache import MessageCache
 from store._ops import Operations, StoreOperations, completed
@@ -32,7 +33,9 @@ from store._sql.dialect import (
     sync_driver_url,
 )
 from store._sql.ops import Op, general, in_transaction, run_fast
+from store._sql.pages import DEFAULT_LIMIT, Page, check_cursor
 from store._sql.replicas import Replicas, check_replicas
+from store._sql.tail import Notifier
 from store._sql.translate import translating
 from store._sql.verify import Recompute, Verification
 from store._values import (
@@ -80,6 +83,7 @@ class AsyncStore:
         owns_engine: bool,
         message_cache: int = 10_000,
         fast_paths: bool = True,
+        notify: bool = True,
     ) -> None:
         self.engine = engine
         self._owns_engine = owns_engine
@@ -92,6 +96,8 @@ class AsyncStore:
         self._sync_engine: Engine | None = None
         self._driver: DriverConnections | None = None
         self._replicas: Replicas | None = None
+        # Wakes tails after writes (Postgres; see `Store.open`).
+        self._notifier = Notifier(engine) if notify and not self._sqlite else None
 
     @classmethod
     def open(
@@ -104,6 +110,7 @@ class AsyncStore:
         message_cache: int = 10_000,
         fast_paths: bool = True,
         replicas: Sequence[str] = (),
+        notify: bool = True,
     ) -> AsyncStore:
         """Open a store; the arguments are those of `Store.open`.
 
@@ -139,7 +146,13 @@ class AsyncStore:
             install_sqlite_hooks(
                 engine.sync_engine, durability=durability, busy_timeout=busy_timeout
             )
-        store = cls(engine, owns_engine=owns, message_cache=message_cache, fast_paths=fast_paths)
+        store = cls(
+            engine,
+            owns_engine=owns,
+            message_cache=message_cache,
+            fast_paths=fast_paths,
+            notify=notify,
+        )
         if sibling is not None:
             store._sync_engine, store._driver = sibling, DriverConnections(sibling)
         if replica_urls:
@@ -154,6 +167,8 @@ class AsyncStore:
 
     async def close(self) -> None:
         """Release the connection pools (of the engines this store created)."""
+        if self._notifier is not None:
+            await asyncio.to_thread(self._notifier.close)
         if self._driver is not None:
             self._driver.close()
         if self._replicas is not None:
@@ -234,6 +249,12 @@ class AsyncStore:
             answer = await asyncio.to_thread(self._replicas.read, op)
             if answer is not None:
                 return answer
+        done = await self._run(op)
+        if op.write and self._notifier is not None:
+            self._notifier.touch()
+        return done
+
+    async def _run(self, op: Op[T]) -> T:
         fast = self.fast_paths
         driver = self._driver
         direct = (op.sqlite if self._sqlite else op.postgres) if fast else None
@@ -491,6 +512,32 @@ class AsyncLedger:
     async def verify(self, conversation_id: str, *, recompute: Recompute = "auto") -> Verification:
         """See `Ledger.verify`."""
         return await self._store.execute(self._ops.verify(conversation_id, recompute))
+
+    def tail(
+        self,
+        after: str | None = None,
+        *,
+        conversation_id: str | None = None,
+        follow: bool = False,
+        limit: int = DEFAULT_LIMIT,
+        idle_seconds: float = 5.0,
+        poll_seconds: float = 0.05,
+    ) -> AsyncIterator[Page[Event]]:
+        """See `Ledger.tail`; iterate with `async for`. To stop following,
+        cancel the task that iterates (or `aclose` the iterator)."""
+        settings = _tail.TailSettings(
+            follow=follow, idle_seconds=idle_seconds, poll_seconds=poll_seconds
+        )
+        check_cursor(after)
+        tenant, store = self.tenant, self._store
+        _tail.tail_op(tenant, conversation_id, after, limit)
+        return _tail.async_tail(
+            lambda cursor: store.execute(_tail.tail_op(tenant, conversation_id, cursor, limit)),
+            engine=store.engine,
+            sqlite=store.engine.dialect.name == "sqlite",
+            after=after,
+            settings=settings,
+        )
 
     async def verify_all(self, *, recompute: Recompute = "auto") -> list[Verification]:
         """See `Ledger.verify_all`."""

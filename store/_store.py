@@ -8,12 +8,14 @@ as coroutines.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
 from sqlalchemy.engine import Connection, Engine
 
+from store import _tail
 from store._audit import Audit
 from store._cache import MessageCache
 from store._ops import Operations, StoreOperations, completed
@@ -26,7 +28,9 @@ from store._sql.dialect import (
     is_sqlite,
 )
 from store._sql.ops import Op, general
+from store._sql.pages import DEFAULT_LIMIT, Page, check_cursor
 from store._sql.replicas import Replicas, check_replicas
+from store._sql.tail import Notifier
 from store._sql.translate import translating
 from store._sql.verify import Recompute, Verification
 from store._values import (
@@ -60,6 +64,7 @@ class Store:
         owns_engine: bool,
         message_cache: int = 10_000,
         fast_paths: bool = True,
+        notify: bool = True,
     ) -> None:
         self.engine = engine
         self._owns_engine = owns_engine
@@ -72,6 +77,8 @@ class Store:
         self.fast_paths = fast_paths
         """Whether operations try their plain-SQL form first (see `open`)."""
         self._replicas: Replicas | None = None  # set by `open` (see there)
+        # Wakes tails after writes (Postgres; see `open`).
+        self._notifier = Notifier(engine) if notify and not self._sqlite else None
 
     @classmethod
     def open(
@@ -84,6 +91,7 @@ class Store:
         message_cache: int = 10_000,
         fast_paths: bool = True,
         replicas: Sequence[str] = (),
+        notify: bool = True,
     ) -> Store:
         """Open a store.
 
@@ -111,6 +119,11 @@ class Store:
                 cannot answer (unreachable, or not caught up with what the
                 read names) is never the caller's error: the primary
                 answers instead. docs/adr/0023-read-replicas.md.
+            notify: on Postgres, after each write the store sends `NOTIFY
+                chatledger_events`, coalesced, from a thread and connection
+                of its own, so tails (`Ledger.tail`) wake at once. False
+                sends none: tails then see this store's writes on their idle
+                re-read (docs/tail.md).
         """
         # Checked before any engine exists, so a refusal leaves nothing open.
         primary = (
@@ -121,7 +134,11 @@ class Store:
             if engine.dialect.name == "sqlite":
                 install_sqlite_hooks(engine, durability=durability, busy_timeout=busy_timeout)
             store = cls(
-                engine, owns_engine=False, message_cache=message_cache, fast_paths=fast_paths
+                engine,
+                owns_engine=False,
+                message_cache=message_cache,
+                fast_paths=fast_paths,
+                notify=notify,
             )
         else:
             store = cls(
@@ -129,6 +146,7 @@ class Store:
                 owns_engine=True,
                 message_cache=message_cache,
                 fast_paths=fast_paths,
+                notify=notify,
             )
         if replica_urls:
             store._replicas = Replicas(replica_urls)
@@ -142,6 +160,8 @@ class Store:
 
     def close(self) -> None:
         """Release the connection pools (of the engines this store created, replicas too)."""
+        if self._notifier is not None:
+            self._notifier.close()
         self._driver.close()
         if self._replicas is not None:
             self._replicas.close()
@@ -218,6 +238,12 @@ class Store:
             answer = self._replicas.read(op)
             if answer is not None:
                 return answer
+        done = self._run(op)
+        if op.write and self._notifier is not None:
+            self._notifier.touch()
+        return done
+
+    def _run(self, op: Op[T]) -> T:
         # The tiers: the plain-SQL form on a driver connection of our own;
         # when every one is busy, the Postgres form on a pooled connection;
         # the SQLite form inside the transaction unless it already ran; `fn`.
@@ -482,6 +508,62 @@ class Ledger:
         `recompute`: see `Store.verify`.
         """
         return self._store.execute(self._ops.verify(conversation_id, recompute))
+
+    def tail(
+        self,
+        after: str | None = None,
+        *,
+        conversation_id: str | None = None,
+        follow: bool = False,
+        limit: int = DEFAULT_LIMIT,
+        idle_seconds: float = 5.0,
+        poll_seconds: float = 0.05,
+        stop: threading.Event | None = None,
+    ) -> Iterator[Page[Event]]:
+        """Pages of the tenant's events (or one conversation's) in commit order, after `after`.
+
+        Every event committed after the cursor comes exactly once, in the
+        order the commits became visible; on Postgres a commit that becomes
+        visible late (its transaction took its `seq` early) is never passed
+        (docs/adr/0005-audit-pagination.md). Store each page's `next_after`
+        once its events are handled, and pass it back as `after` to resume:
+        in the same transaction as what handling them wrote, for
+        exactly-once; after it, for at-least-once (docs/tail.md).
+
+        Args:
+            after: a `next_after` from an earlier page (or an audit page of
+                `events`); None starts at the beginning of the log.
+            conversation_id: follow one conversation of the tenant only.
+            follow: False stops once caught up (a page with `pending` may
+                hold newer events back); True waits for new commits: on
+                Postgres woken by `LISTEN chatledger_events` (which stores
+                send after their writes, `Store.open(notify=)`), and reading
+                again after `idle_seconds` in any case; on SQLite checking
+                the file's data version every `poll_seconds`.
+            limit: the most events per page.
+            idle_seconds: when following, read again after this long with no
+                wake-up (writes that sent no notification are found then).
+            poll_seconds: SQLite: how often to check for a commit.
+            stop: when following, set it (from another thread) to end the
+                iteration within a fraction of a second.
+
+        Only pages with events are yielded. Inputs are checked here, before
+        the first page is read.
+        """
+        settings = _tail.TailSettings(
+            follow=follow, idle_seconds=idle_seconds, poll_seconds=poll_seconds
+        )
+        check_cursor(after)
+        tenant, store = self.tenant, self._store
+        _tail.tail_op(tenant, conversation_id, after, limit)
+        return _tail.tail(
+            lambda cursor: store.execute(_tail.tail_op(tenant, conversation_id, cursor, limit)),
+            engine=store.engine,
+            sqlite=is_sqlite(store.engine),
+            after=after,
+            settings=settings,
+            stop=stop,
+        )
 
     def verify_all(self, *, recompute: Recompute = "auto") -> list[Verification]:
         """Recompute the hash chain of every conversation of this tenant."""

@@ -158,6 +158,15 @@ events = sa.Table(
     ),
     # A conversation's log in commit order, keyset-paginated (audit).
     sa.Index("ix_chatledger_events_conversation", "conversation_id", "txid", "seq"),
+    # The whole log in commit order: a tenant's tail (docs/tail.md). On SQLite
+    # commit order is `seq` (the rowid) and `txid` is always 0, so the index
+    # is empty there by its condition and costs an append nothing.
+    sa.Index(
+        "ix_chatledger_events_commit_order",
+        "txid",
+        "seq",
+        sqlite_where=sa.text("txid > 0"),
+    ),
     # Tool calls in a time range, by name or not (audit): only tool.started rows.
     sa.Index(
         "ix_chatledger_events_tool_started",

@@ -333,7 +333,9 @@ def _insert_conversation(
     )
     if key is not None:
         conn.execute(
-            conversation_keys.insert().values(tenant=tenant, key=key, conversation_id=conversation_id)
+            conversation_keys.insert().values(
+                tenant=tenant, key=key, conversation_id=conversation_id
+            )
         )
 
 

@@ -34,7 +34,7 @@ from store._errors import InvalidInputError
 from store._sql.dialect import commit_order, past_cursor, snapshot_horizon
 from store._values import VALUE_CONFIG
 
-__all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "Page", "check_limit", "read_page"]
+__all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "Page", "check_cursor", "check_limit", "read_page"]
 
 T = TypeVar("T")
 
@@ -76,6 +76,11 @@ def check_limit(limit: int) -> int:
             f"and follow `next_after` for more."
         )
     return limit
+
+
+def check_cursor(after: str | None) -> None:
+    """`InvalidInputError` unless `after` is None or a cursor as chatledger returns it."""
+    _parse(after)
 
 
 def _parse(after: str | None) -> tuple[int, int] | None:

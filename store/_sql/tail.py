@@ -1,0 +1,252 @@
+"""Waking tails when events commit: NOTIFY from writers, LISTEN in readers.
+
+A tail (`Ledger.tail`) reads pages of the log in commit order
+(`store._sql.pages`) and, once caught up, waits for something new. What it
+reads never depends on a wake-up: a wake-up only says when to read again.
+
+Postgres: a store sends `NOTIFY chatledger_events` after its writes commit,
+from a thread and connection of its own (`Notifier`), not inside the
+writing transaction. A transaction that notifies takes a database-wide lock
+from its commit until it ends, so notifying in every append would
+serialize every writer's commit flush (measured here: 44% fewer appends per
+second with 16 writers). The notifier's own transactions write nothing,
+commit with `synchronous_commit = off` and coalesce: a burst of commits
+sends one notification, and one at most every `min_interval` seconds. A
+writer pays an `Event.set`.
+
+A tail waits with `LISTEN` on a connection of its own (`PostgresWaiter`).
+It reads again on a notification, and in any case after `idle_seconds`:
+writes a notifier does not see (a caller's own transaction, another
+program) and notifications lost with a dropped connection are found then.
+While a page holds committed events back behind an older open transaction
+(`Page.pending`), which may belong to another program and end with no
+notification, it reads again after a short, growing delay.
+
+SQLite has no notifications: a tail asks `PRAGMA data_version`, which
+changes when another connection commits, every `poll_seconds`. That is one
+cheap statement on its own connection, no read of the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import threading
+import time
+from typing import Any
+
+import psycopg
+from sqlalchemy.engine import Engine
+
+__all__ = ["CHANNEL", "Notifier", "PostgresWaiter", "SqliteWaiter", "connect_args"]
+
+CHANNEL = "chatledger_events"
+
+
+def connect_args(engine: Any) -> tuple[list[Any], dict[str, Any]]:
+    """What the engine's dialect would pass to `psycopg.connect` (sync or async engine)."""
+    dialect = engine.dialect
+    args, kwargs = dialect.create_connect_args(engine.url)
+    return list(args), dict(kwargs)
+
+
+class Notifier:
+    """Sends `NOTIFY chatledger_events` after a store's writes, coalesced, from its own thread.
+
+    `touch()` after each write that committed; the thread starts on the first
+    one. A failure to notify is never the writer's: the connection is dropped
+    and opened again on the next touch, and tails find what they missed on
+    their idle re-read.
+    """
+
+    def __init__(self, engine: Engine | Any, *, min_interval: float = 0.002) -> None:
+        self._engine = engine
+        self._min_interval = min_interval
+        self._wanted = threading.Event()
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+
+    def touch(self) -> None:
+        """Note that a write committed: a notification follows soon."""
+        if self._thread is None or self._pid != os.getpid():
+            self._start()
+        self._wanted.set()
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            if self._thread is not None and self._pid == os.getpid():
+                return
+            # A forked child starts its own thread (the parent's is not in it).
+            self._pid = os.getpid()
+            self._wanted = threading.Event()
+            self._thread = threading.Thread(
+                target=self._run, name="chatledger-notifier", daemon=True
+            )
+            self._thread.start()
+
+    def close(self) -> None:
+        """Stop the thread after a last notification for what was touched."""
+        with self._lock:
+            self._closed = True
+            thread = self._thread
+        self._wanted.set()
+        if thread is not None and thread.is_alive() and self._pid == os.getpid():
+            thread.join(timeout=5)
+
+    def _run(self) -> None:
+        conn: psycopg.Connection[Any] | None = None
+        wanted = self._wanted
+        try:
+            while True:
+                wanted.wait()
+                wanted.clear()
+                if conn is None:
+                    conn = self._connect()
+                if conn is not None:
+                    try:
+                        conn.execute(f"NOTIFY {CHANNEL}")
+                    except psycopg.Error:
+                        conn.close()
+                        conn = None
+                if self._closed:
+                    return
+                time.sleep(self._min_interval)  # what commits meanwhile shares the next one
+        finally:
+            if conn is not None:
+                conn.close()
+
+    def _connect(self) -> psycopg.Connection[Any] | None:
+        args, kwargs = connect_args(self._engine)
+        try:
+            conn = psycopg.connect(*args, **{**kwargs, "autocommit": True})
+            conn.execute("SET synchronous_commit = off")
+        except psycopg.Error:
+            return None
+        return conn
+
+
+class PostgresWaiter:
+    """A tail's `LISTEN chatledger_events` on a connection of its own."""
+
+    def __init__(self, engine: Engine | Any) -> None:
+        self._engine = engine
+        self._conn: psycopg.Connection[Any] | None = None
+
+    def wait(self, seconds: float) -> bool:
+        """Whether a notification came within `seconds`; listen first if not yet.
+
+        Listening starts before the caller's next read, so a commit after
+        that read is never missed: the first wait returns True at once, as
+        does one after the connection broke (the read covers the gap).
+        """
+        if self._conn is None or self._conn.closed:
+            self._listen()
+            return True
+        try:
+            woken = any(True for _ in self._conn.notifies(timeout=seconds, stop_after=1))
+            if woken:  # drain what else arrived: one read serves them all
+                for _ in self._conn.notifies(timeout=0):
+                    pass
+        except psycopg.OperationalError:
+            self.close()
+            return True
+        return woken
+
+    def _listen(self) -> None:
+        args, kwargs = connect_args(self._engine)
+        self._conn = psycopg.connect(*args, **{**kwargs, "autocommit": True})
+        self._conn.execute(f"LISTEN {CHANNEL}")
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+class AsyncPostgresWaiter:
+    """`PostgresWaiter` on an `AsyncConnection`: cancelling the waiting task stops it."""
+
+    def __init__(self, engine: Any) -> None:
+        self._engine = engine
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+
+    async def wait(self, seconds: float) -> bool:
+        if self._conn is None or self._conn.closed:
+            args, kwargs = connect_args(self._engine)
+            self._conn = await psycopg.AsyncConnection.connect(
+                *args, **{**kwargs, "autocommit": True}
+            )
+            await self._conn.execute(f"LISTEN {CHANNEL}")
+            return True
+        woken = False
+        try:
+            async for _ in self._conn.notifies(timeout=seconds, stop_after=1):
+                woken = True
+            if woken:
+                async for _ in self._conn.notifies(timeout=0):
+                    pass
+        except psycopg.OperationalError:
+            await self.close()
+            return True
+        return woken
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            await self._conn.close()
+            self._conn = None
+
+
+class SqliteWaiter:
+    """Waits until a commit lands in the SQLite file (`PRAGMA data_version`).
+
+    On a connection of its own, opened on the file: the version changes when
+    any other connection commits. An in-memory database has no other
+    connection to see; there the wait is a plain `poll_seconds` sleep.
+    """
+
+    def __init__(self, path: str | None, poll_seconds: float) -> None:
+        self._path = path if path and path != ":memory:" else None
+        self._poll = poll_seconds
+        self._conn: sqlite3.Connection | None = None
+        self._version: int | None = None
+
+    def changed(self) -> bool:
+        """Whether a commit landed since the last call (True on the first)."""
+        if self._path is None:
+            first, self._version = self._version is None, 0
+            return first
+        if self._conn is None:
+            self._conn = sqlite3.connect(self._path)  # it only ever reads
+        version = self._conn.execute("PRAGMA data_version").fetchone()[0]
+        seen, self._version = self._version, version
+        return seen is None or version != seen
+
+    def wait(self, seconds: float) -> bool:
+        """Whether a commit landed within `seconds`."""
+        deadline = time.monotonic() + seconds
+        while not self.changed():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(self._poll, left))
+        return True
+
+    async def wait_async(self, seconds: float) -> bool:
+        """`wait` for an event loop: the sleeps are the loop's."""
+        deadline = time.monotonic() + seconds
+        while not self.changed():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            await asyncio.sleep(min(self._poll, left))
+        return True
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None

@@ -1,0 +1,167 @@
+"""The live tail: a tenant's (or a conversation's) events in commit order, as they commit.
+
+`Ledger.tail` and `AsyncLedger.tail` read pages with the audit pages' cursor
+(`store._sql.pages`: `(txid, seq)` below the snapshot's xmin on Postgres,
+`seq` on SQLite), so a commit that becomes visible late is never passed, and
+wait between pages with `store._sql.tail` (LISTEN/NOTIFY on Postgres, the
+file's data version on SQLite). docs/tail.md and docs/adr/0024-tail.md.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any, Protocol
+
+from store._errors import InvalidInputError
+from store._sql import audit as _audit
+from store._sql import log as _log
+from store._sql.ops import Op
+from store._sql.pages import Page, check_limit
+from store._sql.tail import AsyncPostgresWaiter, PostgresWaiter, SqliteWaiter
+from store._values import Event
+
+__all__ = ["TailSettings", "async_tail", "tail", "tail_op"]
+
+# While a page holds events back behind an older open transaction, read again
+# after this long, doubling up to the idle re-read.
+_PENDING_FIRST = 0.01
+
+
+class TailSettings:
+    """How a tail waits (checked before anything runs)."""
+
+    def __init__(self, *, follow: bool, idle_seconds: float, poll_seconds: float) -> None:
+        for name, value in (("idle_seconds", idle_seconds), ("poll_seconds", poll_seconds)):
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise InvalidInputError(
+                    f"{name} must be a positive number of seconds, not {value!r}."
+                )
+        if not isinstance(follow, bool):
+            raise InvalidInputError(f"follow must be True or False, not {follow!r}.")
+        self.follow = follow
+        self.idle_seconds = float(idle_seconds)
+        self.poll_seconds = float(poll_seconds)
+
+
+def tail_op(
+    tenant: str, conversation_id: str | None, after: str | None, limit: int
+) -> Op[Page[Event]]:
+    """One page of the tail. Read on the primary: a wake-up names what the
+    primary committed, which a replica may not have yet."""
+    if conversation_id is not None:
+        _log.check_text(conversation_id, "conversation id")
+    check_limit(limit)
+    f = _audit.Filter(conversation_id=conversation_id)
+    return Op(
+        "reading the tail of the log",
+        write=False,
+        fn=lambda c: _audit.list_events(c, tenant, f, after=after, limit=limit),
+    )
+
+
+class _Waiter(Protocol):
+    def wait(self, seconds: float) -> bool: ...
+
+    def close(self) -> None: ...
+
+
+def _waiter(engine: Any, sqlite: bool, settings: TailSettings) -> _Waiter:
+    if sqlite:
+        return SqliteWaiter(engine.url.database, settings.poll_seconds)
+    return PostgresWaiter(engine)
+
+
+class _Pace:
+    """How long to wait after a page: the one rule both loops share."""
+
+    def __init__(self, settings: TailSettings) -> None:
+        self.settings = settings
+        self.pending = _PENDING_FIRST
+
+    def after(self, page: Page[Event]) -> float | None:
+        """Seconds to wait before the next read; 0 to read on now; None to stop."""
+        if page.has_more:
+            return 0.0
+        if not self.settings.follow:
+            return None
+        if page.pending:
+            wait, self.pending = self.pending, min(self.pending * 2, self.settings.idle_seconds)
+            return wait
+        self.pending = _PENDING_FIRST
+        return self.settings.idle_seconds
+
+
+def tail(
+    read: Callable[[str | None], Page[Event]],
+    *,
+    engine: Any,
+    sqlite: bool,
+    after: str | None,
+    settings: TailSettings,
+    stop: threading.Event | None,
+) -> Iterator[Page[Event]]:
+    """Pages of new events from `after` on; see `Ledger.tail`."""
+    waiter = _waiter(engine, sqlite, settings)
+    try:
+        if settings.follow:
+            waiter.wait(0)  # listening (or the data version noted) before the first read
+        pace = _Pace(settings)
+        while stop is None or not stop.is_set():
+            page = read(after)
+            if page.items:
+                after = page.next_after
+                yield page
+            wait = pace.after(page)
+            if wait is None:
+                return
+            if wait:
+                if stop is None:
+                    waiter.wait(wait)
+                else:  # wait in slices, to see `stop` soon
+                    deadline = time.monotonic() + wait
+                    while not stop.is_set():
+                        left = deadline - time.monotonic()
+                        if left <= 0 or waiter.wait(min(left, 0.2)):
+                            break
+    finally:
+        waiter.close()
+
+
+async def async_tail(
+    read: Callable[[str | None], Any],
+    *,
+    engine: Any,
+    sqlite: bool,
+    after: str | None,
+    settings: TailSettings,
+) -> AsyncIterator[Page[Event]]:
+    """`tail` for `AsyncLedger.tail`: `read` is a coroutine function; cancel the
+    consuming task to stop following."""
+    if sqlite:
+        waiter = SqliteWaiter(engine.url.database, settings.poll_seconds)
+        wait: Callable[[float], Awaitable[bool]] = waiter.wait_async
+
+        async def close() -> None:
+            waiter.close()
+
+    else:
+        listener = AsyncPostgresWaiter(engine)
+        wait, close = listener.wait, listener.close
+    try:
+        if settings.follow:
+            await wait(0)
+        pace = _Pace(settings)
+        while True:
+            page: Page[Event] = await read(after)
+            if page.items:
+                after = page.next_after
+                yield page
+            seconds = pace.after(page)
+            if seconds is None:
+                return
+            if seconds:
+                await wait(seconds)
+    finally:
+        await close()
