@@ -35,7 +35,7 @@ from store._sql.dialect import (
 from store._sql.ops import Op, general, in_transaction, run_fast
 from store._sql.pages import DEFAULT_LIMIT, Page, check_cursor
 from store._sql.replicas import Replicas, check_replicas
-from store._sql.tail import Notifier
+from store._sql.tail import Notifier, notify_on_commit
 from store._sql.translate import translating
 from store._sql.verify import Recompute, Verification
 from store._values import (
@@ -244,7 +244,10 @@ class AsyncStore:
         """
         if connection is not None:
             with translating(op.action):
-                return await connection.run_sync(op.fn)
+                done = await connection.run_sync(op.fn)
+                if op.write and self._notifier is not None:
+                    await connection.run_sync(notify_on_commit)
+                return done
         if op.replica and self._replicas is not None:
             answer = await asyncio.to_thread(self._replicas.read, op)
             if answer is not None:

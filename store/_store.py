@@ -30,7 +30,7 @@ from store._sql.dialect import (
 from store._sql.ops import Op, general
 from store._sql.pages import DEFAULT_LIMIT, Page, check_cursor
 from store._sql.replicas import Replicas, check_replicas
-from store._sql.tail import Notifier
+from store._sql.tail import Notifier, notify_on_commit
 from store._sql.translate import translating
 from store._sql.verify import Recompute, Verification
 from store._values import (
@@ -233,7 +233,10 @@ class Store:
         """
         if connection is not None:
             with translating(op.action):
-                return op.fn(connection)
+                done = op.fn(connection)
+                if op.write and self._notifier is not None:
+                    notify_on_commit(connection)
+                return done
         if op.replica and self._replicas is not None:
             answer = self._replicas.read(op)
             if answer is not None:

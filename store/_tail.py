@@ -14,9 +14,12 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, Protocol
 
+from sqlalchemy.engine import Connection
+
 from store._errors import InvalidInputError
 from store._sql import audit as _audit
 from store._sql import log as _log
+from store._sql.dialect import writes_in_flight
 from store._sql.ops import Op
 from store._sql.pages import Page, check_limit
 from store._sql.tail import AsyncPostgresWaiter, PostgresWaiter, SqliteWaiter
@@ -24,9 +27,10 @@ from store._values import Event
 
 __all__ = ["TailSettings", "async_tail", "tail", "tail_op"]
 
-# While a page holds events back behind an older open transaction, read again
-# after this long, doubling up to the idle re-read.
+# While a writing transaction is in flight, read again after this long,
+# doubling up to a second (or `idle_seconds`, if shorter).
 _PENDING_FIRST = 0.01
+_PENDING_MOST = 1.0
 
 
 class TailSettings:
@@ -47,18 +51,21 @@ class TailSettings:
 
 def tail_op(
     tenant: str, conversation_id: str | None, after: str | None, limit: int
-) -> Op[Page[Event]]:
-    """One page of the tail. Read on the primary: a wake-up names what the
-    primary committed, which a replica may not have yet."""
+) -> Op[tuple[Page[Event], bool]]:
+    """One page of the tail, and whether a writing transaction was in flight on
+    the server as it was read (Postgres; never on SQLite). Read on the
+    primary: a wake-up names what the primary committed, which a replica may
+    not have yet."""
     if conversation_id is not None:
         _log.check_text(conversation_id, "conversation id")
     check_limit(limit)
     f = _audit.Filter(conversation_id=conversation_id)
-    return Op(
-        "reading the tail of the log",
-        write=False,
-        fn=lambda c: _audit.list_events(c, tenant, f, after=after, limit=limit),
-    )
+
+    def read(conn: Connection) -> tuple[Page[Event], bool]:
+        page = _audit.list_events(conn, tenant, f, after=after, limit=limit)
+        return page, writes_in_flight(conn)
+
+    return Op("reading the tail of the log", write=False, fn=read)
 
 
 class _Waiter(Protocol):
@@ -74,27 +81,40 @@ def _waiter(engine: Any, sqlite: bool, settings: TailSettings) -> _Waiter:
 
 
 class _Pace:
-    """How long to wait after a page: the one rule both loops share."""
+    """How long to wait after a page: the one rule both loops share.
+
+    A writing transaction still open when the page was read may commit
+    events the page could not see, and if it is not a store's own write
+    (a caller's transaction, another program) no wake-up follows its
+    commit. So while one was in flight, or the page held events back
+    behind one (`pending`), the tail reads again after a delay that starts
+    at 10 ms and doubles up to a second (or `idle_seconds`, if shorter); it
+    starts over once a page brings events. On a server that always has a
+    writer in flight, a tail with nothing new reads about once a second.
+    Otherwise it waits for a wake-up, or `idle_seconds`.
+    """
 
     def __init__(self, settings: TailSettings) -> None:
         self.settings = settings
-        self.pending = _PENDING_FIRST
+        self.backoff = _PENDING_FIRST
 
-    def after(self, page: Page[Event]) -> float | None:
+    def after(self, page: Page[Event], in_flight: bool) -> float | None:
         """Seconds to wait before the next read; 0 to read on now; None to stop."""
         if page.has_more:
             return 0.0
         if not self.settings.follow:
             return None
-        if page.pending:
-            wait, self.pending = self.pending, min(self.pending * 2, self.settings.idle_seconds)
+        if page.items:
+            self.backoff = _PENDING_FIRST
+        if page.pending or in_flight:
+            most = min(_PENDING_MOST, self.settings.idle_seconds)
+            wait, self.backoff = min(self.backoff, most), min(self.backoff * 2, most)
             return wait
-        self.pending = _PENDING_FIRST
         return self.settings.idle_seconds
 
 
 def tail(
-    read: Callable[[str | None], Page[Event]],
+    read: Callable[[str | None], tuple[Page[Event], bool]],
     *,
     engine: Any,
     sqlite: bool,
@@ -109,11 +129,11 @@ def tail(
             waiter.wait(0)  # listening (or the data version noted) before the first read
         pace = _Pace(settings)
         while stop is None or not stop.is_set():
-            page = read(after)
+            page, in_flight = read(after)
             if page.items:
                 after = page.next_after
                 yield page
-            wait = pace.after(page)
+            wait = pace.after(page, in_flight)
             if wait is None:
                 return
             if wait:
@@ -154,11 +174,11 @@ async def async_tail(
             await wait(0)
         pace = _Pace(settings)
         while True:
-            page: Page[Event] = await read(after)
+            page, in_flight = await read(after)
             if page.items:
                 after = page.next_after
                 yield page
-            seconds = pace.after(page)
+            seconds = pace.after(page, in_flight)
             if seconds is None:
                 return
             if seconds:

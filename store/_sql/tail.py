@@ -16,8 +16,10 @@ writer pays an `Event.set`.
 
 A tail waits with `LISTEN` on a connection of its own (`PostgresWaiter`).
 It reads again on a notification, and in any case after `idle_seconds`:
-writes a notifier does not see (a caller's own transaction, another
-program) and notifications lost with a dropped connection are found then.
+writes that send none (another program's, a store's opened with
+`notify=False`) and notifications lost with a dropped connection are found
+then. A store's write inside a caller's own transaction (`connection=`)
+notifies in that transaction (`notify_on_commit`): delivered at its commit.
 While a page holds committed events back behind an older open transaction
 (`Page.pending`), which may belong to another program and end with no
 notification, it reads again after a short, growing delay.
@@ -37,9 +39,17 @@ import time
 from typing import Any
 
 import psycopg
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 
-__all__ = ["CHANNEL", "Notifier", "PostgresWaiter", "SqliteWaiter", "connect_args"]
+__all__ = [
+    "CHANNEL",
+    "AsyncPostgresWaiter",
+    "Notifier",
+    "PostgresWaiter",
+    "SqliteWaiter",
+    "connect_args",
+    "notify_on_commit",
+]
 
 CHANNEL = "chatledger_events"
 
@@ -49,6 +59,17 @@ def connect_args(engine: Any) -> tuple[list[Any], dict[str, Any]]:
     dialect = engine.dialect
     args, kwargs = dialect.create_connect_args(engine.url)
     return list(args), dict(kwargs)
+
+
+def notify_on_commit(conn: Connection) -> None:
+    """`NOTIFY chatledger_events` inside the caller's open transaction: Postgres
+    delivers it when that transaction commits, and never if it rolls back.
+
+    For writes made in a caller's own transaction (`connection=`), whose
+    commit the store does not see. Such a transaction takes the notify lock
+    through its commit; a store's own writes notify from `Notifier` instead.
+    """
+    conn.exec_driver_sql(f"NOTIFY {CHANNEL}")
 
 
 class Notifier:

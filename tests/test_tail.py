@@ -1,0 +1,345 @@
+"""The live tail (`Ledger.tail`, `AsyncLedger.tail`) on both backends.
+
+What it promises: every event of the tenant (or one conversation) committed
+after the cursor, once, in commit order; on Postgres a commit that becomes
+visible late is never passed; a follower wakes on a commit (NOTIFY on
+Postgres, the file's data version on SQLite) and finds writes that sent no
+wake-up on its idle re-read. tests/test_tail_stress.py runs writers and a
+killed consumer against it.
+
+On Postgres a page holds back every event behind the oldest transaction open
+on the whole server (other test runs included), so these tests wait for what
+they expect with deadlines, never assuming a page is complete at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy as sa
+
+from store import (
+    AsyncStore,
+    Event,
+    InvalidInputError,
+    Ledger,
+    Message,
+    NotFoundError,
+    Page,
+    Store,
+)
+from tests.conftest import create_postgres_database, drop_postgres_database
+from tests.test_audit import append_in, postgres_only
+
+DEADLINE = 30.0  # far beyond any wake-up; a follower idles for longer (IDLE)
+IDLE = 3600.0  # a follower set so reads again only when woken
+
+
+def texts(pages: list[Page[Event]]) -> list[str]:
+    return [e.message.content for p in pages for e in p.items if e.message is not None]
+
+
+def settled(ledger: Ledger, **kwargs: object) -> list[Page[Event]]:
+    """Every page up to now, waiting out pages held back by open transactions."""
+    deadline = time.monotonic() + DEADLINE
+    pages: list[Page[Event]] = []
+    after = kwargs.pop("after", None)
+    while True:
+        batch = list(ledger.tail(after, **kwargs))  # type: ignore[arg-type]
+        pages += batch
+        after = batch[-1].next_after if batch else after
+        probe = ledger.audit.events(after=after, limit=1)
+        if not probe.pending and not probe.items:
+            return pages
+        assert time.monotonic() < deadline, "pages stayed held back"
+
+
+class Follower:
+    """`ledger.tail(follow=True)` in a thread, collecting what it yields."""
+
+    def __init__(self, ledger: Ledger, after: str | None = None, **kwargs: object) -> None:
+        self.pages: list[Page[Event]] = []
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+        self._arrived = threading.Condition()
+        self._thread = threading.Thread(target=self._run, args=(ledger, after, kwargs))
+        self._thread.start()
+
+    def _run(self, ledger: Ledger, after: str | None, kwargs: dict[str, object]) -> None:
+        try:
+            for page in ledger.tail(after, follow=True, stop=self.stop, **kwargs):  # type: ignore[arg-type]
+                with self._arrived:
+                    self.pages.append(page)
+                    self._arrived.notify_all()
+        except BaseException as error:  # reported by `until` and `close`
+            self.error = error
+
+    def until(self, wanted: list[str]) -> list[str]:
+        """Wait until the messages seen end with `wanted`; return all seen."""
+        deadline = time.monotonic() + DEADLINE
+        with self._arrived:
+            while texts(self.pages)[-len(wanted) :] != wanted:
+                assert self.error is None, self.error
+                left = deadline - time.monotonic()
+                assert left > 0, f"the follower saw {texts(self.pages)}, not {wanted}"
+                self._arrived.wait(min(left, 0.5))
+            return texts(self.pages)
+
+    def close(self) -> None:
+        self.stop.set()
+        self._thread.join(timeout=DEADLINE)
+        assert not self._thread.is_alive(), "stop did not end the tail"
+        assert self.error is None, self.error
+
+
+@pytest.fixture
+def follower(ledger: Ledger) -> Iterator[list[Follower]]:
+    made: list[Follower] = []
+    yield made
+    for f in made:
+        f.close()
+
+
+def say(ledger: Ledger, conversation_id: str, *contents: str) -> None:
+    ledger.append_messages(conversation_id, [Message(role="user", content=c) for c in contents])
+
+
+def test_the_tail_gives_every_event_of_the_tenant_once_in_order(
+    store: Store, ledger: Ledger
+) -> None:
+    mine, theirs = ledger, store.tenant(f"{ledger.tenant}-theirs")
+    a, b = mine.create_conversation().id, mine.create_conversation().id
+    other = theirs.create_conversation().id
+    say(mine, a, "a1", "a2")
+    say(theirs, other, "secret")
+    say(mine, b, "b1")
+    say(mine, a, "a3")
+
+    pages = settled(mine, limit=2)
+    events = [e for p in pages for e in p.items]
+    assert texts(pages) == ["a1", "a2", "b1", "a3"]
+    assert [e.kind for e in events].count("conversation.created") == 2
+    assert {e.conversation_id for e in events} == {a, b}
+    assert len({e.seq for e in events}) == len(events)
+    assert all(len(p.items) <= 2 for p in pages)
+    # The log's own order for each conversation.
+    for conv in (a, b):
+        assert [e.seq for e in events if e.conversation_id == conv] == [
+            e.seq for e in mine.events(conversation_id=conv)
+        ]
+
+    # Resuming from any page's cursor gives exactly what came after it.
+    for i, page in enumerate(pages):
+        assert texts(settled(mine, after=page.next_after)) == texts(pages[i + 1 :])
+    assert settled(mine, after=pages[-1].next_after) == []
+    say(mine, b, "b2")
+    assert texts(settled(mine, after=pages[-1].next_after)) == ["b2"]
+
+
+def test_one_conversation_tails_alone_and_another_tenants_is_missing(
+    store: Store, ledger: Ledger
+) -> None:
+    a, b = ledger.create_conversation().id, ledger.create_conversation().id
+    say(ledger, a, "a1")
+    say(ledger, b, "b1")
+    say(ledger, a, "a2")
+    pages = settled(ledger, conversation_id=a)
+    assert texts(pages) == ["a1", "a2"]
+    assert {e.conversation_id for p in pages for e in p.items} == {a}
+
+    stranger = store.tenant(f"{ledger.tenant}-stranger")
+    with pytest.raises(NotFoundError) as theirs:
+        list(stranger.tail(conversation_id=a))
+    with pytest.raises(NotFoundError) as nobody:
+        list(stranger.tail(conversation_id="01a22e65-f033-76ff-b1b9-aa4c378984fe"))
+    # Another tenant's conversation reads exactly as one that does not exist.
+    assert str(theirs.value).replace(a, "X") == str(nobody.value).replace(
+        "01a22e65-f033-76ff-b1b9-aa4c378984fe", "X"
+    )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "said"),
+    [
+        ({"after": "12"}, "not an audit cursor"),
+        ({"after": "1:2:3"}, "not an audit cursor"),
+        ({"limit": 0}, "A page holds 1 to"),
+        ({"limit": True}, "A page holds 1 to"),
+        ({"idle_seconds": 0}, "idle_seconds must be a positive number"),
+        ({"poll_seconds": -1}, "poll_seconds must be a positive number"),
+        ({"follow": "yes"}, "follow must be True or False"),
+    ],
+)
+def test_bad_tail_arguments_are_refused_before_anything_is_read(
+    ledger: Ledger, kwargs: dict[str, object], said: str
+) -> None:
+    with pytest.raises(InvalidInputError, match=said):
+        ledger.tail(**kwargs)  # type: ignore[arg-type]  # refused here, not on iteration
+
+
+def test_a_follower_wakes_on_a_commit(
+    database_url: str, ledger: Ledger, follower: list[Follower]
+) -> None:
+    conv = ledger.create_conversation().id
+    say(ledger, conv, "before")
+    cursor = settled(ledger)[-1].next_after
+    follower.append(Follower(ledger, cursor, idle_seconds=IDLE))
+    # Written by another store (on Postgres it notifies; on SQLite its
+    # connection changes the file's data version): only a wake-up makes the
+    # follower read again before IDLE.
+    with Store.open(database_url) as writer:
+        for n in range(3):
+            say(writer.tenant(ledger.tenant), conv, f"after {n}")
+            assert follower[0].until([f"after {n}"]) == [f"after {k}" for k in range(n + 1)]
+
+
+def test_writes_that_send_no_wake_up_are_found_on_the_idle_re_read(
+    database_url: str, ledger: Ledger, follower: list[Follower]
+) -> None:
+    conv = ledger.create_conversation().id
+    follower.append(Follower(ledger, settled(ledger)[-1].next_after, idle_seconds=0.2))
+    with Store.open(database_url, notify=False) as quiet:
+        say(quiet.tenant(ledger.tenant), conv, "quiet")
+    assert follower[0].until(["quiet"]) == ["quiet"]
+
+
+def test_stop_ends_a_follower_that_sees_nothing(ledger: Ledger) -> None:
+    ledger.create_conversation()
+    follower = Follower(ledger, settled(ledger)[-1].next_after, idle_seconds=IDLE)
+    follower.close()  # asserts it ended
+    assert follower.pages == []
+
+
+def through(
+    store: Store, ledger: Ledger, conn: sa.Connection, conversation_id: str, text: str
+) -> None:
+    """Append with the store, inside the caller's open transaction (`connection=`)."""
+    message = Message(role="user", content=text)
+    op = ledger._ops.append_messages(conversation_id, [message], None, None, None, "client")
+    store.execute(op, conn)
+
+
+def test_a_follower_never_passes_an_event_that_commits_late(
+    backend: str, store: Store, ledger: Ledger, follower: list[Follower]
+) -> None:
+    """The transaction that took its seq first commits last (both are the caller's
+    own, written with `connection=`): the follower delivers it after the other."""
+    postgres_only(backend)
+    late, early = ledger.create_conversation().id, ledger.create_conversation().id
+    follower.append(Follower(ledger, settled(ledger)[-1].next_after, idle_seconds=IDLE))
+    with store.engine.connect() as older, store.engine.connect() as newer:
+        older.begin()
+        newer.begin()
+        older.execute(sa.text("SELECT pg_current_xact_id()"))
+        newer.execute(sa.text("SELECT pg_current_xact_id()"))
+        through(store, ledger, newer, late, "late")  # the lower seq, committed last
+        through(store, ledger, older, early, "early")
+        older.commit()
+        assert follower[0].until(["early"]) == ["early"]
+        newer.commit()
+    assert follower[0].until(["late"]) == ["early", "late"]
+    seqs = [e.seq for p in follower[0].pages for e in p.items if e.message is not None]
+    assert seqs[0] > seqs[1]  # commit order, not seq order
+
+
+def test_another_programs_late_commit_is_found_without_a_wake_up(
+    backend: str, store: Store, ledger: Ledger, follower: list[Follower]
+) -> None:
+    """Rows written by another program send no NOTIFY: a transaction in flight
+    when the follower read makes it read again soon, and finds them."""
+    postgres_only(backend)
+    conv = ledger.create_conversation().id
+    cursor = settled(ledger)[-1].next_after
+    with store.engine.connect() as foreign:
+        foreign.begin()
+        foreign.execute(sa.text("SELECT pg_current_xact_id()"))  # in flight from here
+        follower.append(Follower(ledger, cursor, idle_seconds=IDLE))
+        append_in(foreign, ledger.tenant, conv, "foreign")  # not through the store
+        foreign.commit()
+    assert follower[0].until(["foreign"]) == ["foreign"]
+
+
+def test_a_rolled_back_write_is_never_delivered(
+    store: Store, ledger: Ledger, follower: list[Follower]
+) -> None:
+    conv = ledger.create_conversation().id
+    follower.append(Follower(ledger, settled(ledger)[-1].next_after, idle_seconds=0.2))
+    with store.engine.connect() as conn:
+        conn.begin()
+        append_in(conn, ledger.tenant, conv, "rolled back")
+        conn.rollback()
+    say(ledger, conv, "kept")
+    assert follower[0].until(["kept"]) == ["kept"]
+
+
+def test_the_async_tail_follows_and_stops_when_cancelled(database_url: str, ledger: Ledger) -> None:
+    conv = ledger.create_conversation().id
+    say(ledger, conv, "first")
+
+    async def scenario() -> list[str]:
+        async with AsyncStore.open(database_url) as store:
+            aledger = store.tenant(ledger.tenant)
+            with pytest.raises(InvalidInputError):
+                aledger.tail("nonsense")
+            caught_up: list[str] = []
+            async for page in aledger.tail(conversation_id=conv):
+                caught_up += texts([page])
+            assert caught_up == ["first"] or caught_up == []  # [] while held back (Postgres)
+            seen: list[str] = []
+            got = asyncio.Event()
+
+            async def follow() -> None:
+                async for page in aledger.tail(
+                    conversation_id=conv, follow=True, idle_seconds=IDLE
+                ):
+                    seen.extend(texts([page]))
+                    if "second" in seen:
+                        got.set()
+
+            task = asyncio.create_task(follow())
+            await aledger.append_messages(conv, [Message(role="user", content="second")])
+            await asyncio.wait_for(got.wait(), DEADLINE)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            return seen
+
+    assert asyncio.run(scenario()) == ["first", "second"]
+
+
+@pytest.fixture
+def partitioned() -> Iterator[str]:
+    url = create_postgres_database("chatledger_tail_partitioned")
+    with Store.open(url) as store:
+        store.migrate(partitions=4)
+    yield url
+    drop_postgres_database(url)
+
+
+def test_the_tail_runs_on_a_partitioned_log(partitioned: str) -> None:
+    with Store.open(partitioned) as store:
+        ledger = store.tenant("partitioned")
+        convs = [ledger.create_conversation().id for _ in range(8)]  # spread over partitions
+        for n, conv in enumerate(convs):
+            say(ledger, conv, f"m{n}")
+        assert texts(settled(ledger)) == [f"m{n}" for n in range(8)]
+        follower = Follower(ledger, settled(ledger)[-1].next_after, idle_seconds=IDLE)
+        try:
+            say(ledger, convs[3], "late one")
+            assert follower.until(["late one"]) == ["late one"]
+        finally:
+            follower.close()
+
+
+def test_tail_is_on_both_faces() -> None:
+    import inspect
+
+    from store import AsyncLedger
+
+    sync = inspect.signature(Ledger.tail).parameters
+    both = inspect.signature(AsyncLedger.tail).parameters
+    assert set(sync) - set(both) == {"stop"}  # async stops by cancellation
