@@ -333,6 +333,20 @@ _PG_HEAD_PAYLOADS = (
     ") h ORDER BY position"
 ).format(id="%(id)s", tenant="%(tenant)s")
 _SQLITE_HEAD_PAYLOADS = _HEAD_PAYLOADS.format(id="?", tenant="?")
+# A conversation that is no fork (most) has only its own entries: one join,
+# ordered by the view's key, planned in a fraction of the time of the union
+# above. Its last column says whether the conversation is a fork, whose
+# inherited entries need the union.
+_OWN_HEAD_FIRST = (
+    "SELECT e.seq, e.payload, c.forked_from_conversation_id IS NOT NULL "
+    "FROM chatledger_conversations c "
+    "JOIN chatledger_view_entries v ON v.conversation_id = c.id "
+    "JOIN chatledger_events e ON e.conversation_id = v.conversation_id AND e.seq = v.event_seq "
+    "WHERE c.id = {id} AND c.tenant = {tenant} AND v.event_conversation_id IS NULL "
+    "ORDER BY v.position"
+)
+_PG_OWN_HEAD = _OWN_HEAD_FIRST.format(id="%(id)s", tenant="%(tenant)s")
+_SQLITE_OWN_HEAD = _OWN_HEAD_FIRST.format(id="?", tenant="?")
 
 
 def head_payloads_postgres(
@@ -343,7 +357,13 @@ def head_payloads_postgres(
     None covers both an empty history and a conversation that does not exist
     for this tenant; the caller tells them apart.
     """
-    cursor.execute(_PG_HEAD_PAYLOADS, {"id": conversation_id, "tenant": tenant})
+    params = {"id": conversation_id, "tenant": tenant}
+    cursor.execute(_PG_OWN_HEAD, params)
+    own = cursor.fetchall()
+    if own and not own[0][2]:
+        return [(seq, payload) for seq, payload, _ in own]
+    # A fork (or no entries of its own): its inherited entries too.
+    cursor.execute(_PG_HEAD_PAYLOADS, params)
     rows: list[tuple[int, str]] = cursor.fetchall()
     return rows or None
 
@@ -352,6 +372,10 @@ def head_payloads_sqlite(
     cursor: Any, tenant: str, conversation_id: str
 ) -> list[tuple[int, str]] | None:
     """`head_payloads_postgres` through a SQLite DB-API cursor."""
+    cursor.execute(_SQLITE_OWN_HEAD, (conversation_id, tenant))
+    own = cursor.fetchall()
+    if own and not own[0][2]:
+        return [(seq, payload) for seq, payload, _ in own]
     cursor.execute(_SQLITE_HEAD_PAYLOADS, (conversation_id, tenant) * 2)
     rows: list[tuple[int, str]] = cursor.fetchall()
     return rows or None
