@@ -7,8 +7,9 @@ people, or JSON with `--json`. Errors are one line on stderr and a non-zero
 exit status, never a traceback.
 
 The parser names each command's handler as `module:function` in this package
-and imports that module only when the command runs (`_commands`, `_audit`), so
-`chatledger --version` and `--help` load no SQLAlchemy, driver or httpx.
+and imports that module only when the command runs (`_commands`, `_audit`,
+`_tail`), so `chatledger --version` and `--help` load no SQLAlchemy, driver or
+httpx.
 """
 
 from __future__ import annotations
@@ -158,13 +159,47 @@ def _parser() -> argparse.ArgumentParser:
 
     command("rebuild", "_commands:rebuild", "recompute every view from the events", common)
 
+    p = command(
+        "tail",
+        "_tail:tail",
+        "print the tenant's events in commit order, and with --follow as they commit",
+        common,
+        tenant,
+    )
+    p.description = (
+        "Print the tenant's events (or one conversation's) in commit order, one a line. "
+        "With --json each line is the event as `audit events --json` shows it, plus "
+        '"after": the cursor of the page the line came in. Cursors are per page, not per '
+        "event: every line of a page carries the same one, so store the after of the last "
+        "line you handled once you have handled its whole page, and pass it as --after to "
+        "resume after that page (a page handled but not yet stored comes again: store the "
+        "cursor with what handling wrote, or skip duplicates by event id). "
+        "The table has no cursors. Without --follow, exit 0 once caught up; with it, wait "
+        "for new commits until interrupted (exit 130)."
+    )
+    p.add_argument(
+        "--after",
+        metavar="CURSOR",
+        help="resume after this cursor (the `after` a --json line printed)",
+    )
+    p.add_argument("--conversation", metavar="ID", help="only this conversation's events")
+    p.add_argument("--follow", action="store_true", help="keep printing events as they commit")
+    p.add_argument(
+        "--json", action="store_true", help='one JSON object a line, with the page cursor "after"'
+    )
+    p.add_argument(
+        "--limit",
+        type=_count(1, 10_000),
+        default=100,
+        metavar="N",
+        help="the most events read at a time, one page (default 100)",
+    )
+
     p = command("chat", "_commands:chat", "chat with an OpenAI-compatible model", common, tenant)
     p.add_argument("--model", default=os.environ.get("CHATLEDGER_MODEL", "gpt-4o-mini"))
     p.add_argument("--conversation", help="continue this conversation")
 
-    p = command(
-        "serve", "_serve:serve", "serve /v1/ask and the read endpoints over HTTP", common
-    )
+    p = command("serve", "_serve:serve", "serve /v1/ask and the read endpoints over HTTP", common)
     p.add_argument("--agent", required=True, help="the agent, as module:attribute")
     p.add_argument(
         "--keys",

@@ -38,9 +38,9 @@ from store.messages import load_message
 
 T = TypeVar("T")
 
-# The event listings have always left out the idempotency key and the chain
-# hash (`chatledger verify` answers for the chain).
-_EVENT_EXCLUDE = {"idempotency_key", "hash"}
+# The event listings (and `chatledger tail`'s lines) have always left out the
+# idempotency key and the chain hash (`chatledger verify` answers for the chain).
+EVENT_EXCLUDE = {"idempotency_key", "hash"}
 
 
 def timeline(args: argparse.Namespace) -> int:
@@ -49,7 +49,7 @@ def timeline(args: argparse.Namespace) -> int:
         lambda a, after: a.run_timeline(args.run, kinds=args.kind, after=after, limit=args.limit),
     )
     out = to_json(
-        page, Page[TimelineEntry], exclude={"items": {"__all__": {"event": _EVENT_EXCLUDE}}}
+        page, Page[TimelineEntry], exclude={"items": {"__all__": {"event": EVENT_EXCLUDE}}}
     )
     # A timeline row is the event's own keys, then its stage and time since the run started.
     out["items"] = [
@@ -132,7 +132,7 @@ def messages(args: argparse.Namespace) -> int:
             limit=args.limit,
         ),
     )
-    out = to_json(page, Page[Event], exclude={"items": {"__all__": _EVENT_EXCLUDE}})
+    out = to_json(page, Page[Event], exclude={"items": {"__all__": EVENT_EXCLUDE}})
     return _print_page(args, out, _message_row, "No client or repair messages.")
 
 
@@ -206,8 +206,8 @@ def events(args: argparse.Namespace) -> int:
             limit=args.limit,
         ),
     )
-    out = to_json(page, Page[Event], exclude={"items": {"__all__": _EVENT_EXCLUDE}})
-    return _print_page(args, out, _event_row, "No events.")
+    out = to_json(page, Page[Event], exclude={"items": {"__all__": EVENT_EXCLUDE}})
+    return _print_page(args, out, event_row, "No events.")
 
 
 # -- plumbing ---------------------------------------------------------------------------
@@ -273,7 +273,8 @@ def _summary(kind: str, payload: dict[str, Any]) -> str:
     return ""
 
 
-def _event_row(r: dict[str, Any]) -> dict[str, Any]:
+def event_row(r: dict[str, Any]) -> dict[str, Any]:
+    """An event's table row, for `audit events` and `chatledger tail`."""
     return {
         "seq": r["seq"],
         "kind": r["kind"],

@@ -1,0 +1,84 @@
+"""`chatledger tail`: a tenant's events (or one conversation's) in commit order, as they commit.
+
+```
+chatledger tail [--after CURSOR] [--conversation ID] [--follow] [--json] [--limit N]
+```
+
+It prints `Ledger.tail`'s pages, one event a line: a table row under one
+header, or with `--json` the event as `chatledger audit events --json` shows
+it, plus `"after"`, the cursor of the page the event came in. The cursor
+belongs to the page, not to the event: every line of a page carries the
+page's `next_after`, so a program that stores the `after` of the last line
+it handled, once it has handled the whole page, and passes it back as
+`--after` resumes right after that page (docs/tail.md). stdout is flushed
+after each page. Without `--follow` the command exits 0 once caught up; with
+it, it waits for new commits until interrupted (Ctrl-C: exit status 130, as
+for every command).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from engine._cli._audit import EVENT_EXCLUDE, event_row
+from engine._cli._common import open_store, print_json, to_json
+from store import Event, Page
+
+# Fixed widths: a followed tail prints rows long before it has seen them all.
+_WIDTHS = {
+    "seq": 6,
+    "kind": 20,
+    "origin": 6,
+    "conversation": 36,
+    "run": 36,
+    "pos": 4,
+    "recorded": 32,
+    "what": 0,
+}
+
+# The exit status of a command whose reader went away (`| head`): a SIGPIPE death's.
+_EXIT_PIPE = 141
+
+
+def tail(args: argparse.Namespace) -> int:
+    try:
+        return _tail(args)
+    except BrokenPipeError:
+        # The reader stopped reading; say nothing, and keep the interpreter's
+        # last flush of stdout from failing again on the way out.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return _EXIT_PIPE
+
+
+def _tail(args: argparse.Namespace) -> int:
+    printed = False
+    with open_store(args) as store:
+        pages = store.tenant(args.tenant).tail(
+            args.after,
+            conversation_id=args.conversation,
+            follow=args.follow,
+            limit=args.limit,
+        )
+        for page in pages:
+            out = to_json(page, Page[Event], exclude={"items": {"__all__": EVENT_EXCLUDE}})
+            for item in out["items"]:
+                if args.json:
+                    print_json({**item, "after": out["nextAfter"]})
+                else:
+                    if not printed:
+                        print(_line({c: c.upper() for c in _WIDTHS}))
+                    print(_line(event_row(item)))
+                printed = True
+            sys.stdout.flush()
+    if not printed and not args.json:
+        print("No events.")
+    return 0
+
+
+def _line(row: dict[str, Any]) -> str:
+    cells = ("" if row[c] is None else str(row[c]) for c in _WIDTHS)
+    return "  ".join(v.ljust(w) for v, w in zip(cells, _WIDTHS.values(), strict=True)).rstrip()
