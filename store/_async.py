@@ -168,7 +168,7 @@ class AsyncStore:
     async def close(self) -> None:
         """Release the connection pools (of the engines this store created)."""
         if self._notifier is not None:
-            await asyncio.to_thread(self._notifier.close)
+            self._notifier.close(wait=False)  # no thread hop: the loop's executor may be shut
         if self._driver is not None:
             self._driver.close()
         if self._replicas is not None:
@@ -525,9 +525,10 @@ class AsyncLedger:
         limit: int = DEFAULT_LIMIT,
         idle_seconds: float = 5.0,
         poll_seconds: float = 0.05,
+        stop: asyncio.Event | None = None,
     ) -> AsyncIterator[Page[Event]]:
-        """See `Ledger.tail`; iterate with `async for`. To stop following,
-        cancel the task that iterates (or `aclose` the iterator)."""
+        """See `Ledger.tail`; iterate with `async for`. To stop following, set
+        `stop`, or cancel the task that iterates."""
         settings = _tail.TailSettings(
             follow=follow, idle_seconds=idle_seconds, poll_seconds=poll_seconds
         )
@@ -540,6 +541,7 @@ class AsyncLedger:
             sqlite=store.engine.dialect.name == "sqlite",
             after=after,
             settings=settings,
+            stop=stop,
         )
 
     async def verify_all(self, *, recompute: Recompute = "auto") -> list[Verification]:

@@ -9,17 +9,15 @@ file's data version on SQLite). docs/tail.md and docs/adr/0024-tail.md.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any, Protocol
 
-from sqlalchemy.engine import Connection
-
 from store._errors import InvalidInputError
 from store._sql import audit as _audit
 from store._sql import log as _log
-from store._sql.dialect import writes_in_flight
 from store._sql.ops import Op
 from store._sql.pages import Page, check_limit
 from store._sql.tail import AsyncPostgresWaiter, PostgresWaiter, SqliteWaiter
@@ -27,8 +25,8 @@ from store._values import Event
 
 __all__ = ["TailSettings", "async_tail", "tail", "tail_op"]
 
-# While a writing transaction is in flight, read again after this long,
-# doubling up to a second (or `idle_seconds`, if shorter).
+# While a page holds events back, read again after this long, doubling up to a
+# second (or `idle_seconds`, if shorter).
 _PENDING_FIRST = 0.01
 _PENDING_MOST = 1.0
 
@@ -51,21 +49,18 @@ class TailSettings:
 
 def tail_op(
     tenant: str, conversation_id: str | None, after: str | None, limit: int
-) -> Op[tuple[Page[Event], bool]]:
-    """One page of the tail, and whether a writing transaction was in flight on
-    the server as it was read (Postgres; never on SQLite). Read on the
-    primary: a wake-up names what the primary committed, which a replica may
-    not have yet."""
+) -> Op[Page[Event]]:
+    """One page of the tail. Read on the primary: a wake-up names what the
+    primary committed, which a replica may not have yet."""
     if conversation_id is not None:
         _log.check_text(conversation_id, "conversation id")
     check_limit(limit)
     f = _audit.Filter(conversation_id=conversation_id)
-
-    def read(conn: Connection) -> tuple[Page[Event], bool]:
-        page = _audit.list_events(conn, tenant, f, after=after, limit=limit)
-        return page, writes_in_flight(conn)
-
-    return Op("reading the tail of the log", write=False, fn=read)
+    return Op(
+        "reading the tail of the log",
+        write=False,
+        fn=lambda conn: _audit.list_events(conn, tenant, f, after=after, limit=limit),
+    )
 
 
 class _Waiter(Protocol):
@@ -83,22 +78,20 @@ def _waiter(engine: Any, sqlite: bool, settings: TailSettings) -> _Waiter:
 class _Pace:
     """How long to wait after a page: the one rule both loops share.
 
-    A writing transaction still open when the page was read may commit
-    events the page could not see, and if it is not a store's own write
-    (a caller's transaction, another program) no wake-up follows its
-    commit. So while one was in flight, or the page held events back
-    behind one (`pending`), the tail reads again after a delay that starts
-    at 10 ms and doubles up to a second (or `idle_seconds`, if shorter); it
-    starts over once a page brings events. On a server that always has a
-    writer in flight, a tail with nothing new reads about once a second.
-    Otherwise it waits for a wake-up, or `idle_seconds`.
+    A page that holds events back (`pending`) waits on a transaction still
+    open, which may be another program's and end with no wake-up: the tail
+    reads again after a delay that starts at 10 ms and doubles up to a
+    second (or `idle_seconds`, if shorter), and starts over once a page
+    brings events. Otherwise it waits for a wake-up (a store's commit), or
+    `idle_seconds`: a transaction that was open, unseen, as the page was
+    read and commits with no wake-up (not a store's) is found then.
     """
 
     def __init__(self, settings: TailSettings) -> None:
         self.settings = settings
         self.backoff = _PENDING_FIRST
 
-    def after(self, page: Page[Event], in_flight: bool) -> float | None:
+    def after(self, page: Page[Event]) -> float | None:
         """Seconds to wait before the next read; 0 to read on now; None to stop."""
         if page.has_more:
             return 0.0
@@ -106,7 +99,7 @@ class _Pace:
             return None
         if page.items:
             self.backoff = _PENDING_FIRST
-        if page.pending or in_flight:
+        if page.pending:
             most = min(_PENDING_MOST, self.settings.idle_seconds)
             wait, self.backoff = min(self.backoff, most), min(self.backoff * 2, most)
             return wait
@@ -114,7 +107,7 @@ class _Pace:
 
 
 def tail(
-    read: Callable[[str | None], tuple[Page[Event], bool]],
+    read: Callable[[str | None], Page[Event]],
     *,
     engine: Any,
     sqlite: bool,
@@ -129,11 +122,11 @@ def tail(
             waiter.wait(0)  # listening (or the data version noted) before the first read
         pace = _Pace(settings)
         while stop is None or not stop.is_set():
-            page, in_flight = read(after)
+            page = read(after)
             if page.items:
                 after = page.next_after
                 yield page
-            wait = pace.after(page, in_flight)
+            wait = pace.after(page)
             if wait is None:
                 return
             if wait:
@@ -156,6 +149,7 @@ async def async_tail(
     sqlite: bool,
     after: str | None,
     settings: TailSettings,
+    stop: asyncio.Event | None,
 ) -> AsyncIterator[Page[Event]]:
     """`tail` for `AsyncLedger.tail`: `read` is a coroutine function; cancel the
     consuming task to stop following."""
@@ -173,15 +167,22 @@ async def async_tail(
         if settings.follow:
             await wait(0)
         pace = _Pace(settings)
-        while True:
-            page, in_flight = await read(after)
+        while stop is None or not stop.is_set():
+            page: Page[Event] = await read(after)
             if page.items:
                 after = page.next_after
                 yield page
-            seconds = pace.after(page, in_flight)
+            seconds = pace.after(page)
             if seconds is None:
                 return
             if seconds:
-                await wait(seconds)
+                if stop is None:
+                    await wait(seconds)
+                else:  # wait in slices, to see `stop` soon
+                    deadline = time.monotonic() + seconds
+                    while not stop.is_set():
+                        left = deadline - time.monotonic()
+                        if left <= 0 or await wait(min(left, 0.2)):
+                            break
     finally:
         await close()

@@ -31,6 +31,10 @@ DUNDERS = {"__init__", *RENAMED}
 # `open` only builds an engine, `tenant` only a handle.
 NO_IO = {"__init__", "open", "tenant"}
 
+# What does I/O as it is iterated: a plain method on the async face too, which
+# checks its arguments at once and returns an async iterator (`async for`).
+ITERATED = {"tail"}
+
 # (sync class, member, parameter or "return"): (sync annotation, async annotation).
 DIFFERENCES: dict[tuple[str, str, str], tuple[str, str]] = {
     # Each face runs on its own kind of SQLAlchemy engine...
@@ -49,6 +53,10 @@ DIFFERENCES: dict[tuple[str, str, str], tuple[str, str]] = {
     # The audit faces run on whatever executes an `Op`, sync or async
     # (protocols in `store._sql.ops`, so they import no store face).
     ("Audit", "__init__", "store"): ("Executor", "AsyncExecutor"),
+    # A tail is iterated with `for` on one face, `async for` on the other, and
+    # stopped from another thread or another task.
+    ("Ledger", "tail", "return"): ("Iterator[Page[Event]]", "AsyncIterator[Page[Event]]"),
+    ("Ledger", "tail", "stop"): ("threading.Event | None", "asyncio.Event | None"),
 }
 
 
@@ -150,6 +158,11 @@ def test_the_async_face_is_a_coroutine_wherever_the_sync_one_does_io(
         if twin is None:
             continue
         assert not inspect.iscoroutinefunction(function(member)), f"{sync_cls.__name__}.{name}"
+        if name in ITERATED:
+            returns = inspect.signature(function(twin)).return_annotation
+            assert str(returns).startswith("AsyncIterator["), f"{async_cls.__name__}.{name}"
+            assert not inspect.iscoroutinefunction(function(twin))
+            continue
         io = name not in NO_IO and not isinstance(member, property)
         assert inspect.iscoroutinefunction(function(twin)) == io, f"{async_cls.__name__}.{name}"
 

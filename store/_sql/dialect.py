@@ -72,7 +72,6 @@ __all__ = [
     "sqlite_time",
     "sync_driver_url",
     "time_value",
-    "writes_in_flight",
 ]
 
 DEFAULT_URL = "sqlite:///chatledger.db"
@@ -526,22 +525,6 @@ def past_cursor(
         return seq > cursor[1]
     after = sa.tuple_(sa.literal(cursor[0], sa.BigInteger), sa.literal(cursor[1], sa.BigInteger))
     return sa.tuple_(txid, seq) > after
-
-
-def writes_in_flight(conn: Connection) -> bool:
-    """Whether a writing transaction is open anywhere on the server (never on SQLite,
-    whose one writer has committed before anyone reads).
-
-    Postgres: the snapshot's xmin is below its xmax. Transaction ids span the
-    server's databases, so any database's writer counts.
-    """
-    if is_sqlite(conn):
-        return False
-    return bool(
-        conn.exec_driver_sql(
-            "SELECT pg_snapshot_xmin(s) < pg_snapshot_xmax(s) FROM pg_current_snapshot() s"
-        ).scalar_one()
-    )
 
 
 def snapshot_horizon(bind: Connection) -> ColumnElement[int] | None:

@@ -110,13 +110,14 @@ class Notifier:
             )
             self._thread.start()
 
-    def close(self) -> None:
-        """Stop the thread after a last notification for what was touched."""
+    def close(self, *, wait: bool = True) -> None:
+        """Stop the thread after a last notification for what was touched;
+        `wait` for it (at most 5 s), or let it end on its own."""
         with self._lock:
             self._closed = True
             thread = self._thread
         self._wanted.set()
-        if thread is not None and thread.is_alive() and self._pid == os.getpid():
+        if wait and thread is not None and thread.is_alive() and self._pid == os.getpid():
             thread.join(timeout=5)
 
     def _run(self) -> None:
