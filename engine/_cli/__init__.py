@@ -169,13 +169,13 @@ def _parser() -> argparse.ArgumentParser:
     p.description = (
         "Print the tenant's events (or one conversation's) in commit order, one a line. "
         "With --json each line is the event as `audit events --json` shows it, plus "
-        '"after": the cursor of the page the line came in. Cursors are per page, not per '
-        "event: every line of a page carries the same one, so store the after of the last "
-        "line you handled once you have handled its whole page, and pass it as --after to "
-        "resume after that page (a page handled but not yet stored comes again: store the "
-        "cursor with what handling wrote, or skip duplicates by event id). "
-        "The table has no cursors. Without --follow, exit 0 once caught up; with it, wait "
-        "for new commits until interrupted (exit 130)."
+        '"after": the cursor after the whole page the line came in. Cursors are per page, '
+        "not per event: the lines of a page come together and carry the same after. Store "
+        "an after once every line carrying it is handled (a line with another after has "
+        "come, or the output ended) and pass it as --after to resume after that page; a "
+        "page handled but not yet stored comes again, so skip events already handled by "
+        "id. The table has no cursors. Without --follow, exit 0 once caught up; with it, "
+        "wait for new commits until interrupted (exit 130)."
     )
     p.add_argument(
         "--after",

@@ -6,14 +6,15 @@ chatledger tail [--after CURSOR] [--conversation ID] [--follow] [--json] [--limi
 
 It prints `Ledger.tail`'s pages, one event a line: a table row under one
 header, or with `--json` the event as `chatledger audit events --json` shows
-it, plus `"after"`, the cursor of the page the event came in. The cursor
-belongs to the page, not to the event: every line of a page carries the
-page's `next_after`, so a program that stores the `after` of the last line
-it handled, once it has handled the whole page, and passes it back as
-`--after` resumes right after that page (docs/tail.md). stdout is flushed
-after each page. Without `--follow` the command exits 0 once caught up; with
-it, it waits for new commits until interrupted (Ctrl-C: exit status 130, as
-for every command).
+it, plus `"after"`, the cursor after the whole page the event came in
+(`Page.next_after`). The cursor belongs to the page, not to the event: the
+lines of a page come together and carry the same `after`, so a program may
+store one once every line carrying it is handled (a line with another
+`after` has come, or the output ended) and pass it back as `--after` to
+resume right after that page (docs/tail.md). stdout is flushed after each
+page. Without `--follow` the command exits 0 once caught up; with it, it
+waits for new commits until interrupted (Ctrl-C: exit status 130, as for
+every command).
 """
 
 from __future__ import annotations
