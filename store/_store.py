@@ -525,10 +525,13 @@ class Ledger:
     ) -> Iterator[Page[Event]]:
         """Pages of the tenant's events (or one conversation's) in commit order, after `after`.
 
-        Every event committed after the cursor comes exactly once, in the
-        order the commits became visible; on Postgres a commit that becomes
-        visible late (its transaction took its `seq` early) is never passed
-        (docs/adr/0005-audit-pagination.md). Store each page's `next_after`
+        Every event committed after the cursor comes exactly once, and never
+        one that rolled back, in an order consistent with commit order: a
+        transaction that committed before another began comes first, and a
+        transaction's events come together in `seq` order. On Postgres,
+        transactions that overlapped come in transaction-id order, and a
+        commit that becomes visible late (its transaction took its `seq`
+        early) is never passed (docs/adr/0005-audit-pagination.md). Store each page's `next_after`
         once its events are handled, and pass it back as `after` to resume:
         in the same transaction as what handling them wrote, for
         exactly-once; after it, for at-least-once (docs/tail.md).
@@ -550,8 +553,12 @@ class Ledger:
             stop: when following, set it (from another thread) to end the
                 iteration within a fraction of a second.
 
-        Only pages with events are yielded. Inputs are checked here, before
-        the first page is read.
+        Only pages with events are yielded, except, when not following, a
+        last empty page with `pending` set if events are held back behind an
+        open transaction (Postgres). Inputs are checked here, before the
+        first page is read. A database that cannot be reached, or a
+        connection that breaks, raises `StorageError` (a follower's too):
+        start again from the stored cursor.
         """
         settings = _tail.TailSettings(
             follow=follow, idle_seconds=idle_seconds, poll_seconds=poll_seconds

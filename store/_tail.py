@@ -126,6 +126,8 @@ def tail(
             if page.items:
                 after = page.next_after
                 yield page
+            elif page.pending and not settings.follow:
+                yield page  # empty, and says events are held back
             wait = pace.after(page)
             if wait is None:
                 return
@@ -172,6 +174,8 @@ async def async_tail(
             if page.items:
                 after = page.next_after
                 yield page
+            elif page.pending and not settings.follow:
+                yield page  # empty, and says events are held back
             seconds = pace.after(page)
             if seconds is None:
                 return

@@ -75,6 +75,8 @@ def test_tail_prints_every_event_in_commit_order_with_its_page_cursor(
     assert [r["after"] for r in rows[:2]] == [rows[1]["after"]] * 2
     assert rows[2]["after"] == rows[3]["after"] != rows[1]["after"]
     assert rows[3]["after"] == page.next_after
+    # A page's last line says so: its `after` may be stored once it is handled.
+    assert [r["last"] for r in rows[:4]] == [False, True, False, True]
 
 
 def test_tail_resumes_after_a_printed_cursor(seeded: tuple[str, str, str]) -> None:

@@ -30,6 +30,7 @@ from store import (
     Message,
     NotFoundError,
     Page,
+    StorageError,
     Store,
 )
 from tests.conftest import create_postgres_database, drop_postgres_database
@@ -335,3 +336,30 @@ def test_the_tail_runs_on_a_partitioned_log(partitioned: str) -> None:
             assert follower.until(["late one"]) == ["late one"]
         finally:
             follower.close()
+
+
+def test_a_caught_up_tail_says_when_events_are_held_back(
+    backend: str, store: Store, ledger: Ledger
+) -> None:
+    postgres_only(backend)
+    conv = ledger.create_conversation().id
+    cursor = settled(ledger)[-1].next_after
+    with store.engine.connect() as older:
+        older.begin()
+        older.execute(sa.text("SELECT pg_current_xact_id()"))
+        say(ledger, conv, "held back")
+        pages = list(ledger.tail(cursor))
+        older.rollback()
+    # Not following, the tail ends with an empty page that says so.
+    assert pages[-1].pending and pages[-1].items == []
+    assert pages[-1].next_after == cursor
+    assert "held back" not in texts(pages)
+    assert texts(settled(ledger, after=cursor)) == ["held back"]
+
+
+@pytest.mark.parametrize("follow", [False, True])
+def test_a_database_out_of_reach_is_a_storage_error(follow: bool) -> None:
+    with Store.open("postgresql+psycopg://postgres@127.0.0.1:1/nowhere") as store:
+        tail = store.tenant("t").tail(follow=follow)
+        with pytest.raises(StorageError):
+            next(iter(tail))

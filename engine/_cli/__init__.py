@@ -169,11 +169,10 @@ def _parser() -> argparse.ArgumentParser:
     p.description = (
         "Print the tenant's events (or one conversation's) in commit order, one a line. "
         "With --json each line is the event as `audit events --json` shows it, plus "
-        '"after": the cursor after the whole page the line came in. Cursors are per page, '
-        "not per event: the lines of a page come together and carry the same after. Store "
-        "an after once every line carrying it is handled (a line with another after has "
-        "come, or the output ended) and pass it as --after to resume after that page; a "
-        "page handled but not yet stored comes again, so skip events already handled by "
+        '"after": the cursor after the whole page the line came in, and "last", true on '
+        "the page's last line. Cursors are per page, not per event: store an after once "
+        "the line marked last is handled and pass it as --after to resume after that page; "
+        "a page handled but not yet stored comes again, so skip events already handled by "
         "id. The table has no cursors. Without --follow, exit 0 once caught up; with it, "
         "wait for new commits until interrupted (exit 130)."
     )
@@ -185,7 +184,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--conversation", metavar="ID", help="only this conversation's events")
     p.add_argument("--follow", action="store_true", help="keep printing events as they commit")
     p.add_argument(
-        "--json", action="store_true", help='one JSON object a line, with the page cursor "after"'
+        "--json",
+        action="store_true",
+        help='one JSON object a line, with the page cursor "after" and "last"',
     )
     p.add_argument(
         "--limit",

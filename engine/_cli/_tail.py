@@ -7,11 +7,12 @@ chatledger tail [--after CURSOR] [--conversation ID] [--follow] [--json] [--limi
 It prints `Ledger.tail`'s pages, one event a line: a table row under one
 header, or with `--json` the event as `chatledger audit events --json` shows
 it, plus `"after"`, the cursor after the whole page the event came in
-(`Page.next_after`). The cursor belongs to the page, not to the event: the
-lines of a page come together and carry the same `after`, so a program may
-store one once every line carrying it is handled (a line with another
-`after` has come, or the output ended) and pass it back as `--after` to
-resume right after that page (docs/tail.md). stdout is flushed after each
+(`Page.next_after`), and `"last"`, true on the page's last line. The cursor
+belongs to the page, not to the event: the lines of a page come together
+and carry the same `after`, so a program stores it once it has handled the
+line marked `last` and passes it back as `--after` to resume right after
+that page (docs/tail.md). Without `--follow`, events held back behind a
+transaction still open on the server are named on stderr. stdout is flushed after each
 page. Without `--follow` the command exits 0 once caught up; with it, it
 waits for new commits until interrupted (Ctrl-C: exit status 130, as for
 every command).
@@ -64,11 +65,14 @@ def _tail(args: argparse.Namespace) -> int:
             follow=args.follow,
             limit=args.limit,
         )
+        held_back = False
         for page in pages:
+            held_back = page.pending
             out = to_json(page, Page[Event], exclude={"items": {"__all__": EVENT_EXCLUDE}})
-            for item in out["items"]:
+            last = len(out["items"]) - 1
+            for i, item in enumerate(out["items"]):
                 if args.json:
-                    print_json({**item, "after": out["nextAfter"]})
+                    print_json({**item, "after": out["nextAfter"], "last": i == last})
                 else:
                     if not printed:
                         print(_line({c: c.upper() for c in _WIDTHS}))
@@ -77,6 +81,12 @@ def _tail(args: argparse.Namespace) -> int:
             sys.stdout.flush()
     if not printed and not args.json:
         print("No events.")
+    if held_back:
+        print(
+            "chatledger: newer events are committed but held back behind a transaction still "
+            "open on the server; run again later (or with --follow) to get them",
+            file=sys.stderr,
+        )
     return 0
 
 
