@@ -35,7 +35,16 @@ from store._sql.dialect import (
 from store._sql.ops import Op, general, in_transaction, run_fast
 from store._sql.pages import DEFAULT_LIMIT, Page, check_cursor
 from store._sql.replicas import Replicas, check_replicas
-from store._sql.tail import Notifier, notify_on_commit
+from store._sql.tail import (
+    AsyncPostgresWaiter,
+    Notifier,
+    SqliteWaiter,
+    async_connector,
+    connector,
+    notify_on_commit,
+    sqlite_connector,
+    url_connector,
+)
 from store._sql.translate import translating
 from store._sql.verify import Recompute, Verification
 from store._values import (
@@ -96,8 +105,11 @@ class AsyncStore:
         self._sync_engine: Engine | None = None
         self._driver: DriverConnections | None = None
         self._replicas: Replicas | None = None
-        # Wakes tails after writes (Postgres; see `Store.open`).
-        self._notifier = Notifier(engine) if notify and not self._sqlite else None
+        # Wakes tails after writes (Postgres; see `Store.open`): on a connection
+        # made as the engine makes them (`open` gives the store a sync twin of
+        # its own engine; a caller's engine is seen through its URL).
+        self._notify = notify and not self._sqlite
+        self._notifier = Notifier(url_connector(engine)) if self._notify else None
 
     @classmethod
     def open(
@@ -155,6 +167,8 @@ class AsyncStore:
         )
         if sibling is not None:
             store._sync_engine, store._driver = sibling, DriverConnections(sibling)
+            if store._notify:
+                store._notifier = Notifier(connector(sibling))
         if replica_urls:
             store._replicas = Replicas(replica_urls)
         return store
@@ -535,10 +549,16 @@ class AsyncLedger:
         check_cursor(after)
         tenant, store = self.tenant, self._store
         _tail.tail_op(tenant, conversation_id, after, limit)
+        waiter = (
+            SqliteWaiter(
+                sqlite_connector(store._sync_engine or store.engine), settings.poll_seconds
+            )
+            if store._sqlite
+            else AsyncPostgresWaiter(async_connector(store.engine))
+        )
         return _tail.async_tail(
             lambda cursor: store.execute(_tail.tail_op(tenant, conversation_id, cursor, limit)),
-            engine=store.engine,
-            sqlite=store.engine.dialect.name == "sqlite",
+            waiter=waiter,
             after=after,
             settings=settings,
             stop=stop,

@@ -30,7 +30,14 @@ from store._sql.dialect import (
 from store._sql.ops import Op, general
 from store._sql.pages import DEFAULT_LIMIT, Page, check_cursor
 from store._sql.replicas import Replicas, check_replicas
-from store._sql.tail import Notifier, notify_on_commit
+from store._sql.tail import (
+    Notifier,
+    PostgresWaiter,
+    SqliteWaiter,
+    connector,
+    notify_on_commit,
+    sqlite_connector,
+)
 from store._sql.translate import translating
 from store._sql.verify import Recompute, Verification
 from store._values import (
@@ -78,7 +85,7 @@ class Store:
         """Whether operations try their plain-SQL form first (see `open`)."""
         self._replicas: Replicas | None = None  # set by `open` (see there)
         # Wakes tails after writes (Postgres; see `open`).
-        self._notifier = Notifier(engine) if notify and not self._sqlite else None
+        self._notifier = Notifier(connector(engine)) if notify and not self._sqlite else None
 
     @classmethod
     def open(
@@ -566,10 +573,14 @@ class Ledger:
         check_cursor(after)
         tenant, store = self.tenant, self._store
         _tail.tail_op(tenant, conversation_id, after, limit)
+        waiter: _tail.Waiter = (
+            SqliteWaiter(sqlite_connector(store.engine), settings.poll_seconds)
+            if is_sqlite(store.engine)
+            else PostgresWaiter(connector(store.engine))
+        )
         return _tail.tail(
             lambda cursor: store.execute(_tail.tail_op(tenant, conversation_id, cursor, limit)),
-            engine=store.engine,
-            sqlite=is_sqlite(store.engine),
+            waiter=waiter,
             after=after,
             settings=settings,
             stop=stop,

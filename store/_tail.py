@@ -13,14 +13,18 @@ import asyncio
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import replace
 from typing import Any, Protocol
 
+from sqlalchemy.engine import Connection
+
+from store._checks import check_id
 from store._errors import InvalidInputError
 from store._sql import audit as _audit
-from store._sql import log as _log
+from store._sql.dialect import is_sqlite, settled_position
 from store._sql.ops import Op
-from store._sql.pages import Page, check_limit
-from store._sql.tail import AsyncPostgresWaiter, PostgresWaiter, SqliteWaiter
+from store._sql.pages import Page, check_limit, position
+from store._sql.tail import AsyncPostgresWaiter, SqliteWaiter
 from store._values import Event
 
 __all__ = ["TailSettings", "async_tail", "tail", "tail_op"]
@@ -51,28 +55,42 @@ def tail_op(
     tenant: str, conversation_id: str | None, after: str | None, limit: int
 ) -> Op[Page[Event]]:
     """One page of the tail. Read on the primary: a wake-up names what the
-    primary committed, which a replica may not have yet."""
+    primary committed, which a replica may not have yet.
+
+    A page that is not full also moves its cursor past everything settled
+    in the log, events of other tenants (or conversations) included
+    (`settled_position`): a quiet tenant's tail on a busy log then never
+    reads the same others' events twice. Every event of the tenant up to
+    there is in the page or before it, so the cursor passes none.
+    """
     if conversation_id is not None:
-        _log.check_text(conversation_id, "conversation id")
+        check_id(conversation_id, "conversation")
     check_limit(limit)
     f = _audit.Filter(conversation_id=conversation_id)
-    return Op(
-        "reading the tail of the log",
-        write=False,
-        fn=lambda conn: _audit.list_events(conn, tenant, f, after=after, limit=limit),
-    )
+
+    def read(conn: Connection) -> Page[Event]:
+        if not is_sqlite(conn):
+            # The page and the settled position from one snapshot.
+            conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        page = _audit.list_events(conn, tenant, f, after=after, limit=limit)
+        if page.has_more:
+            return page
+        settled = settled_position(conn)
+        if settled is None or (
+            page.next_after is not None and position(page.next_after) >= settled
+        ):
+            return page
+        return replace(page, next_after=f"{settled[0]}:{settled[1]}")
+
+    return Op("reading the tail of the log", write=False, fn=read)
 
 
-class _Waiter(Protocol):
+class Waiter(Protocol):
+    """What `tail` waits with (`store._sql.tail`)."""
+
     def wait(self, seconds: float) -> bool: ...
 
     def close(self) -> None: ...
-
-
-def _waiter(engine: Any, sqlite: bool, settings: TailSettings) -> _Waiter:
-    if sqlite:
-        return SqliteWaiter(engine.url.database, settings.poll_seconds)
-    return PostgresWaiter(engine)
 
 
 class _Pace:
@@ -109,22 +127,20 @@ class _Pace:
 def tail(
     read: Callable[[str | None], Page[Event]],
     *,
-    engine: Any,
-    sqlite: bool,
+    waiter: Waiter,
     after: str | None,
     settings: TailSettings,
     stop: threading.Event | None,
 ) -> Iterator[Page[Event]]:
     """Pages of new events from `after` on; see `Ledger.tail`."""
-    waiter = _waiter(engine, sqlite, settings)
     try:
         if settings.follow:
             waiter.wait(0)  # listening (or the data version noted) before the first read
         pace = _Pace(settings)
         while stop is None or not stop.is_set():
             page = read(after)
+            after = page.next_after or after
             if page.items:
-                after = page.next_after
                 yield page
             elif page.pending and not settings.follow:
                 yield page  # empty, and says events are held back
@@ -147,32 +163,31 @@ def tail(
 async def async_tail(
     read: Callable[[str | None], Any],
     *,
-    engine: Any,
-    sqlite: bool,
+    waiter: AsyncPostgresWaiter | SqliteWaiter,
     after: str | None,
     settings: TailSettings,
     stop: asyncio.Event | None,
 ) -> AsyncIterator[Page[Event]]:
     """`tail` for `AsyncLedger.tail`: `read` is a coroutine function; cancel the
     consuming task to stop following."""
-    if sqlite:
-        waiter = SqliteWaiter(engine.url.database, settings.poll_seconds)
-        wait: Callable[[float], Awaitable[bool]] = waiter.wait_async
+    wait: Callable[[float], Awaitable[bool]]
+    if isinstance(waiter, SqliteWaiter):
+        sqlite_waiter = waiter
+        wait = sqlite_waiter.wait_async
 
         async def close() -> None:
-            waiter.close()
+            sqlite_waiter.close()
 
     else:
-        listener = AsyncPostgresWaiter(engine)
-        wait, close = listener.wait, listener.close
+        wait, close = waiter.wait, waiter.close
     try:
         if settings.follow:
             await wait(0)
         pace = _Pace(settings)
         while stop is None or not stop.is_set():
             page: Page[Event] = await read(after)
+            after = page.next_after or after
             if page.items:
-                after = page.next_after
                 yield page
             elif page.pending and not settings.follow:
                 yield page  # empty, and says events are held back

@@ -32,7 +32,9 @@ from store import (
     Page,
     StorageError,
     Store,
+    _tail,
 )
+from store._sql.pages import position
 from tests.conftest import create_postgres_database, drop_postgres_database
 from tests.test_audit import append_in, postgres_only
 
@@ -173,6 +175,8 @@ def test_one_conversation_tails_alone_and_another_tenants_is_missing(
         ({"idle_seconds": 0}, "idle_seconds must be a positive number"),
         ({"poll_seconds": -1}, "poll_seconds must be a positive number"),
         ({"follow": "yes"}, "follow must be True or False"),
+        ({"conversation_id": "not-a-uuid"}, "is not a UUID in canonical form"),
+        ({"conversation_id": "not-a-uuid", "follow": True}, "is not a UUID in canonical form"),
     ],
 )
 def test_bad_tail_arguments_are_refused_before_anything_is_read(
@@ -350,11 +354,11 @@ def test_a_caught_up_tail_says_when_events_are_held_back(
         say(ledger, conv, "held back")
         pages = list(ledger.tail(cursor))
         older.rollback()
-    # Not following, the tail ends with an empty page that says so.
+    # Not following, the tail ends with an empty page that says so, and its
+    # cursor does not pass what it held back.
     assert pages[-1].pending and pages[-1].items == []
-    assert pages[-1].next_after == cursor
     assert "held back" not in texts(pages)
-    assert texts(settled(ledger, after=cursor)) == ["held back"]
+    assert texts(settled(ledger, after=pages[-1].next_after)) == ["held back"]
 
 
 @pytest.mark.parametrize("follow", [False, True])
@@ -363,3 +367,56 @@ def test_a_database_out_of_reach_is_a_storage_error(follow: bool) -> None:
         tail = store.tenant("t").tail(follow=follow)
         with pytest.raises(StorageError):
             next(iter(tail))
+
+
+def test_a_quiet_tenants_cursor_moves_past_other_tenants_events(
+    store: Store, ledger: Ledger
+) -> None:
+    """A page that is not full moves its cursor past what is settled in the log,
+    so a quiet tenant's tail does not read a busy tenant's events again."""
+    before = settled(ledger)
+    cursor = before[-1].next_after if before else None
+    busy = store.tenant(f"{ledger.tenant}-busy")
+    other = busy.create_conversation().id
+    for n in range(5):
+        say(busy, other, f"busy {n}")
+    deadline = time.monotonic() + DEADLINE
+    while True:  # until the busy tenant's commits are settled (Postgres: below the xmin)
+        page = store.execute(_tail.tail_op(ledger.tenant, None, cursor, 100))
+        assert page.items == []
+        if page.next_after is not None and position(page.next_after) >= last_position(busy):
+            break
+        assert time.monotonic() < deadline, "the cursor never moved past the busy tenant"
+    # And nothing of this tenant is passed: what it writes next comes.
+    conv = ledger.create_conversation().id
+    say(ledger, conv, "mine")
+    assert texts(settled(ledger, after=page.next_after)) == ["mine"]
+
+
+def last_position(ledger: Ledger) -> tuple[int, int]:
+    pages = settled(ledger)
+    assert pages[-1].next_after is not None
+    return position(pages[-1].next_after)
+
+
+def test_listening_connects_as_the_engine_does(postgres_url: str) -> None:
+    """The notifier's and a follower's connections are made as the store's engine
+    makes its own: here the URL names a database that does not exist, and only
+    the engine's `connect_args` name the real one."""
+    real = sa.make_url(postgres_url)
+    engine = sa.create_engine(
+        real.set(database="chatledger_no_such_database"),
+        connect_args={"dbname": real.database},
+    )
+    try:
+        with Store.open(engine=engine) as store:
+            ledger = store.tenant(f"engine-{time.monotonic_ns()}")
+            conv = ledger.create_conversation().id
+            follower = Follower(ledger, settled(ledger)[-1].next_after, idle_seconds=IDLE)
+            try:
+                say(ledger, conv, "woken")  # only its notifier can wake the follower
+                assert follower.until(["woken"]) == ["woken"]
+            finally:
+                follower.close()
+    finally:
+        engine.dispose()

@@ -12,8 +12,11 @@ tenant's needs `(txid, seq)` over the whole log. On SQLite commit order is
 so it stays empty there and costs an append nothing.
 
 On a large Postgres log, building the index holds appends back while it
-runs; build it beforehand with `CREATE INDEX CONCURRENTLY` under the same
-name and definition to avoid that (this migration then finds it).
+runs; on an unpartitioned log, build it beforehand with `CREATE INDEX
+CONCURRENTLY` under the same name and definition to avoid that (this
+migration then finds it; check that the build succeeded, as a failed one
+leaves an invalid index of that name). A partitioned log takes no
+CONCURRENTLY on its parent table.
 """
 
 from __future__ import annotations

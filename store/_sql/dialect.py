@@ -67,6 +67,7 @@ __all__ = [
     "normalize_url",
     "on_cursor",
     "past_cursor",
+    "settled_position",
     "snapshot_horizon",
     "sqlite_clock",
     "sqlite_time",
@@ -525,6 +526,29 @@ def past_cursor(
         return seq > cursor[1]
     after = sa.tuple_(sa.literal(cursor[0], sa.BigInteger), sa.literal(cursor[1], sa.BigInteger))
     return sa.tuple_(txid, seq) > after
+
+
+# The largest `seq` a cursor can name: (txid, MAX_SEQ) is after every event of `txid`.
+MAX_SEQ = 2**63 - 1
+
+
+def settled_position(conn: Connection) -> tuple[int, int] | None:
+    """The last (txid, seq) cursor position in commit order that nothing can
+    commit behind any more, as of the transaction's snapshot; None for an
+    empty log (SQLite).
+
+    Postgres: every transaction below the snapshot's xmin has ended, and
+    every later one sorts at or after it, so `(xmin - 1, MAX_SEQ)`. Read it
+    in the snapshot of the page it extends (REPEATABLE READ). SQLite: the
+    last `seq` (one writer: every row is settled).
+    """
+    if is_sqlite(conn):
+        last = conn.exec_driver_sql("SELECT max(seq) FROM chatledger_events").scalar_one()
+        return None if last is None else (0, int(last))
+    horizon = conn.exec_driver_sql(
+        "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint"
+    ).scalar_one()
+    return (int(horizon) - 1, MAX_SEQ)
 
 
 def snapshot_horizon(bind: Connection) -> ColumnElement[int] | None:

@@ -34,7 +34,15 @@ from store._errors import InvalidInputError
 from store._sql.dialect import commit_order, past_cursor, snapshot_horizon
 from store._values import VALUE_CONFIG
 
-__all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "Page", "check_cursor", "check_limit", "read_page"]
+__all__ = [
+    "DEFAULT_LIMIT",
+    "MAX_LIMIT",
+    "Page",
+    "check_cursor",
+    "check_limit",
+    "position",
+    "read_page",
+]
 
 T = TypeVar("T")
 
@@ -76,6 +84,13 @@ def check_limit(limit: int) -> int:
             f"and follow `next_after` for more."
         )
     return limit
+
+
+def position(after: str) -> tuple[int, int]:
+    """A cursor as the (txid, seq) pair it names (`InvalidInputError` if it is none)."""
+    parsed = _parse(after)
+    assert parsed is not None
+    return parsed
 
 
 def check_cursor(after: str | None) -> None:

@@ -33,14 +33,17 @@ cheap statement on its own connection, no read of the log.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sqlite3
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import psycopg
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from store._sql.translate import translating
 
@@ -50,8 +53,11 @@ __all__ = [
     "Notifier",
     "PostgresWaiter",
     "SqliteWaiter",
-    "connect_args",
+    "async_connector",
+    "connector",
     "notify_on_commit",
+    "sqlite_connector",
+    "url_connector",
 ]
 
 CHANNEL = "chatledger_events"
@@ -60,11 +66,70 @@ CHANNEL = "chatledger_events"
 _LISTENING = "listening for new events"
 
 
-def connect_args(engine: Any) -> tuple[list[Any], dict[str, Any]]:
-    """What the engine's dialect would pass to `psycopg.connect` (sync or async engine)."""
-    dialect = engine.dialect
-    args, kwargs = dialect.create_connect_args(engine.url)
-    return list(args), dict(kwargs)
+Connect = Callable[[], "psycopg.Connection[Any]"]
+AsyncConnect = Callable[[], Awaitable["psycopg.AsyncConnection[Any]"]]
+
+
+def connector(engine: Engine) -> Connect:
+    """Opens autocommit driver connections as the engine does (its URL,
+    `connect_args`, `creator`, connect hooks), each checked out of its pool
+    and detached from it, so it is the caller's to close."""
+
+    def connect() -> psycopg.Connection[Any]:
+        fairy = engine.raw_connection()
+        fairy.detach()
+        conn: psycopg.Connection[Any] = fairy.dbapi_connection  # type: ignore[assignment]
+        conn.autocommit = True
+        return conn
+
+    return connect
+
+
+def async_connector(engine: AsyncEngine) -> AsyncConnect:
+    """`connector` for an `AsyncEngine`: psycopg's `AsyncConnection`."""
+
+    async def connect() -> psycopg.AsyncConnection[Any]:
+        fairy = await engine.raw_connection()
+        fairy.detach()
+        # The dialect's adapter around psycopg's own connection.
+        conn: psycopg.AsyncConnection[Any] = fairy.dbapi_connection.driver_connection  # type: ignore[union-attr]
+        await conn.set_autocommit(True)
+        return conn
+
+    return connect
+
+
+def sqlite_connector(engine: Engine | AsyncEngine) -> Callable[[], Any] | None:
+    """A connection to the engine's SQLite file, or None for an in-memory database.
+
+    A synchronous engine's own (detached from its pool); for an `AsyncEngine`,
+    `sqlite3` on the file its URL names (a `file:` URI with `uri=true` as one).
+    """
+    url = engine.url
+    if url.database in (None, "", ":memory:") or "mode=memory" in url.database:
+        return None
+    if isinstance(engine, Engine):
+
+        def detached() -> Any:
+            fairy = engine.raw_connection()
+            fairy.detach()
+            return fairy.dbapi_connection
+
+        return detached
+    database = url.database
+    uri = str(url.query.get("uri", "")).lower() in ("true", "1")
+    return lambda: sqlite3.connect(database, uri=uri)
+
+
+def url_connector(engine: AsyncEngine) -> Connect:
+    """A synchronous connection for an `AsyncEngine` a caller made: from its URL,
+    as its dialect reads it (what it was given besides the URL is not seen)."""
+
+    def connect() -> psycopg.Connection[Any]:
+        args, kwargs = engine.dialect.create_connect_args(engine.url)
+        return psycopg.connect(*args, **{**kwargs, "autocommit": True})
+
+    return connect
 
 
 def notify_on_commit(conn: Connection) -> None:
@@ -82,13 +147,15 @@ class Notifier:
     """Sends `NOTIFY chatledger_events` after a store's writes, coalesced, from its own thread.
 
     `touch()` after each write that committed; the thread starts on the first
-    one. A failure to notify is never the writer's: the connection is dropped
-    and opened again on the next touch, and tails find what they missed on
-    their idle re-read.
+    one. A failure to notify is never the writer's: a connection that broke
+    (closed by the server while the store was quiet, say) is opened again
+    and the notification sent on it; one that cannot be opened is tried again
+    on the next touch, and tails find what they missed on their idle
+    re-read. Nothing ends the thread but `close`.
     """
 
-    def __init__(self, engine: Engine | Any, *, min_interval: float = 0.01) -> None:
-        self._engine = engine
+    def __init__(self, connect: Connect, *, min_interval: float = 0.01) -> None:
+        self._connect_driver = connect
         self._min_interval = min_interval
         self._wanted = threading.Event()
         self._closed = False
@@ -133,36 +200,51 @@ class Notifier:
             while True:
                 wanted.wait()
                 wanted.clear()
-                if conn is None:
-                    conn = self._connect()
-                if conn is not None:
-                    try:
-                        conn.execute(f"NOTIFY {CHANNEL}")
-                    except psycopg.Error:
-                        conn.close()
-                        conn = None
+                for _ in range(2):  # a connection that broke: once more on a new one
+                    if conn is None:
+                        conn = self._connect()
+                    if conn is None or self._notify(conn):
+                        break
+                    _close(conn)
+                    conn = None
                 if self._closed:
                     return
                 time.sleep(self._min_interval)  # what commits meanwhile shares the next one
         finally:
             if conn is not None:
-                conn.close()
+                _close(conn)
+
+    @staticmethod
+    def _notify(conn: psycopg.Connection[Any]) -> bool:
+        try:
+            conn.execute(f"NOTIFY {CHANNEL}")
+        except Exception:
+            return False
+        return True
 
     def _connect(self) -> psycopg.Connection[Any] | None:
-        args, kwargs = connect_args(self._engine)
+        conn = None
         try:
-            conn = psycopg.connect(*args, **{**kwargs, "autocommit": True})
+            conn = self._connect_driver()
+            # Its transactions are a NOTIFY each: nothing to wait for a flush of.
             conn.execute("SET synchronous_commit = off")
-        except psycopg.Error:
+        except Exception:
+            if conn is not None:
+                _close(conn)
             return None
         return conn
+
+
+def _close(conn: psycopg.Connection[Any]) -> None:
+    with contextlib.suppress(Exception):
+        conn.close()
 
 
 class PostgresWaiter:
     """A tail's `LISTEN chatledger_events` on a connection of its own."""
 
-    def __init__(self, engine: Engine | Any) -> None:
-        self._engine = engine
+    def __init__(self, connect: Connect) -> None:
+        self._connect = connect
         self._conn: psycopg.Connection[Any] | None = None
 
     def wait(self, seconds: float) -> bool:
@@ -186,9 +268,8 @@ class PostgresWaiter:
         return woken
 
     def _listen(self) -> None:
-        args, kwargs = connect_args(self._engine)
         with translating(_LISTENING):
-            self._conn = psycopg.connect(*args, **{**kwargs, "autocommit": True})
+            self._conn = self._connect()
             self._conn.execute(f"LISTEN {CHANNEL}")
 
     def close(self) -> None:
@@ -200,17 +281,14 @@ class PostgresWaiter:
 class AsyncPostgresWaiter:
     """`PostgresWaiter` on an `AsyncConnection`: cancelling the waiting task stops it."""
 
-    def __init__(self, engine: Any) -> None:
-        self._engine = engine
+    def __init__(self, connect: AsyncConnect) -> None:
+        self._connect = connect
         self._conn: psycopg.AsyncConnection[Any] | None = None
 
     async def wait(self, seconds: float) -> bool:
         if self._conn is None or self._conn.closed:
-            args, kwargs = connect_args(self._engine)
             with translating(_LISTENING):
-                self._conn = await psycopg.AsyncConnection.connect(
-                    *args, **{**kwargs, "autocommit": True}
-                )
+                self._conn = await self._connect()
                 await self._conn.execute(f"LISTEN {CHANNEL}")
             return True
         woken = False
@@ -234,28 +312,31 @@ class AsyncPostgresWaiter:
 class SqliteWaiter:
     """Waits until a commit lands in the SQLite file (`PRAGMA data_version`).
 
-    On a connection of its own, opened on the file: the version changes when
-    any other connection commits. An in-memory database has no other
-    connection to see: there a wait never sees a commit, and the tail reads
-    again after `idle_seconds`.
+    On a connection of its own to the file (`connect`): the version changes
+    when any other connection commits. An in-memory database (`connect`
+    None) has no other connection to see: there a wait never sees a
+    commit, and the tail reads again after `idle_seconds`.
     """
 
-    def __init__(self, path: str | None, poll_seconds: float) -> None:
-        self._path = path if path and path != ":memory:" else None
+    def __init__(self, connect: Callable[[], Any] | None, poll_seconds: float) -> None:
+        self._connect = connect
         self._poll = poll_seconds
-        self._conn: sqlite3.Connection | None = None
+        self._conn: Any = None
         self._version: int | None = None
 
     def changed(self) -> bool:
         """Whether a commit landed since the last call (True on the first)."""
-        if self._path is None:
+        if self._connect is None:
             first, self._version = self._version is None, 0
             return first
         with translating(_LISTENING):
             if self._conn is None:
-                # It only ever reads. A `file:` name is a URI, as the engine read it.
-                self._conn = sqlite3.connect(self._path, uri=self._path.startswith("file:"))
-            version = self._conn.execute("PRAGMA data_version").fetchone()[0]
+                self._conn = self._connect()
+            cursor = self._conn.cursor()
+            try:
+                version = cursor.execute("PRAGMA data_version").fetchone()[0]
+            finally:
+                cursor.close()
         seen, self._version = self._version, version
         return seen is None or version != seen
 
