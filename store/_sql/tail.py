@@ -49,6 +49,7 @@ from store._sql.translate import translating
 
 __all__ = [
     "CHANNEL",
+    "NOTIFIER_THREAD",
     "AsyncPostgresWaiter",
     "Notifier",
     "PostgresWaiter",
@@ -61,6 +62,9 @@ __all__ = [
 ]
 
 CHANNEL = "chatledger_events"
+
+# The name of every notifier's thread.
+NOTIFIER_THREAD = "chatledger-notifier"
 
 # What a tail was doing when it could not reach the database (`translating`).
 _LISTENING = "listening for new events"
@@ -178,9 +182,7 @@ class Notifier:
             # A forked child starts its own thread (the parent's is not in it).
             self._pid = os.getpid()
             self._wanted = threading.Event()
-            self._thread = threading.Thread(
-                target=self._run, name="chatledger-notifier", daemon=True
-            )
+            self._thread = threading.Thread(target=self._run, name=NOTIFIER_THREAD, daemon=True)
             self._thread.start()
 
     def close(self, *, wait: bool = True) -> None:
