@@ -33,7 +33,7 @@ from store._sql.dialect import (
     sync_driver_url,
 )
 from store._sql.ops import Op, general, in_transaction, run_fast
-from store._sql.pages import DEFAULT_LIMIT, Page, check_cursor
+from store._sql.pages import DEFAULT_LIMIT, Page
 from store._sql.replicas import Replicas, check_replicas
 from store._sql.tail import (
     AsyncPostgresWaiter,
@@ -108,8 +108,7 @@ class AsyncStore:
         # Wakes tails after writes (Postgres; see `Store.open`): on a connection
         # made as the engine makes them (`open` gives the store a sync twin of
         # its own engine; a caller's engine is seen through its URL).
-        self._notify = notify and not self._sqlite
-        self._notifier = Notifier(url_connector(engine)) if self._notify else None
+        self._notifier = Notifier(url_connector(engine)) if notify and not self._sqlite else None
 
     @classmethod
     def open(
@@ -167,7 +166,7 @@ class AsyncStore:
         )
         if sibling is not None:
             store._sync_engine, store._driver = sibling, DriverConnections(sibling)
-            if store._notify:
+            if store._notifier is not None:
                 store._notifier = Notifier(connector(sibling))
         if replica_urls:
             store._replicas = Replicas(replica_urls)
@@ -544,11 +543,14 @@ class AsyncLedger:
         """See `Ledger.tail`; iterate with `async for`. To stop following, set
         `stop`, or cancel the task that iterates."""
         settings = _tail.TailSettings(
-            follow=follow, idle_seconds=idle_seconds, poll_seconds=poll_seconds
+            after=after,
+            conversation_id=conversation_id,
+            limit=limit,
+            follow=follow,
+            idle_seconds=idle_seconds,
+            poll_seconds=poll_seconds,
         )
-        check_cursor(after)
         tenant, store = self.tenant, self._store
-        _tail.tail_op(tenant, conversation_id, after, limit)
         waiter = (
             SqliteWaiter(
                 sqlite_connector(store._sync_engine or store.engine), settings.poll_seconds
@@ -557,7 +559,7 @@ class AsyncLedger:
             else AsyncPostgresWaiter(async_connector(store.engine))
         )
         return _tail.async_tail(
-            lambda cursor: store.execute(_tail.tail_op(tenant, conversation_id, cursor, limit)),
+            lambda cursor: store.execute(_tail.tail_op(tenant, settings, cursor)),
             waiter=waiter,
             after=after,
             settings=settings,

@@ -28,7 +28,7 @@ from store._sql.dialect import (
     is_sqlite,
 )
 from store._sql.ops import Op, general
-from store._sql.pages import DEFAULT_LIMIT, Page, check_cursor
+from store._sql.pages import DEFAULT_LIMIT, Page
 from store._sql.replicas import Replicas, check_replicas
 from store._sql.tail import (
     Notifier,
@@ -568,18 +568,21 @@ class Ledger:
         start again from the stored cursor.
         """
         settings = _tail.TailSettings(
-            follow=follow, idle_seconds=idle_seconds, poll_seconds=poll_seconds
+            after=after,
+            conversation_id=conversation_id,
+            limit=limit,
+            follow=follow,
+            idle_seconds=idle_seconds,
+            poll_seconds=poll_seconds,
         )
-        check_cursor(after)
         tenant, store = self.tenant, self._store
-        _tail.tail_op(tenant, conversation_id, after, limit)
         waiter: _tail.Waiter = (
             SqliteWaiter(sqlite_connector(store.engine), settings.poll_seconds)
             if is_sqlite(store.engine)
             else PostgresWaiter(connector(store.engine))
         )
         return _tail.tail(
-            lambda cursor: store.execute(_tail.tail_op(tenant, conversation_id, cursor, limit)),
+            lambda cursor: store.execute(_tail.tail_op(tenant, settings, cursor)),
             waiter=waiter,
             after=after,
             settings=settings,

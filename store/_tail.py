@@ -23,7 +23,7 @@ from store._errors import InvalidInputError
 from store._sql import audit as _audit
 from store._sql.dialect import is_sqlite, settled_position
 from store._sql.ops import Op
-from store._sql.pages import Page, check_limit, position
+from store._sql.pages import Page, check_cursor, check_limit, position
 from store._sql.tail import AsyncPostgresWaiter, SqliteWaiter
 from store._values import Event
 
@@ -36,9 +36,22 @@ _PENDING_MOST = 1.0
 
 
 class TailSettings:
-    """How a tail waits (checked before anything runs)."""
+    """A tail's arguments, every one checked here, before anything runs."""
 
-    def __init__(self, *, follow: bool, idle_seconds: float, poll_seconds: float) -> None:
+    def __init__(
+        self,
+        *,
+        after: str | None,
+        conversation_id: str | None,
+        limit: int,
+        follow: bool,
+        idle_seconds: float,
+        poll_seconds: float,
+    ) -> None:
+        check_cursor(after)
+        if conversation_id is not None:
+            check_id(conversation_id, "conversation")
+        check_limit(limit)
         for name, value in (("idle_seconds", idle_seconds), ("poll_seconds", poll_seconds)):
             if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
                 raise InvalidInputError(
@@ -46,15 +59,15 @@ class TailSettings:
                 )
         if not isinstance(follow, bool):
             raise InvalidInputError(f"follow must be True or False, not {follow!r}.")
+        self.conversation_id = conversation_id
+        self.limit = limit
         self.follow = follow
         self.idle_seconds = float(idle_seconds)
         self.poll_seconds = float(poll_seconds)
 
 
-def tail_op(
-    tenant: str, conversation_id: str | None, after: str | None, limit: int
-) -> Op[Page[Event]]:
-    """One page of the tail. Read on the primary: a wake-up names what the
+def tail_op(tenant: str, settings: TailSettings, after: str | None) -> Op[Page[Event]]:
+    """One page of the tail (`after` is checked, or one the tail's own page returned). Read on the primary: a wake-up names what the
     primary committed, which a replica may not have yet.
 
     A page that is not full also moves its cursor past everything settled
@@ -63,10 +76,8 @@ def tail_op(
     reads the same others' events twice. Every event of the tenant up to
     there is in the page or before it, so the cursor passes none.
     """
-    if conversation_id is not None:
-        check_id(conversation_id, "conversation")
-    check_limit(limit)
-    f = _audit.Filter(conversation_id=conversation_id)
+    f = _audit.Filter(conversation_id=settings.conversation_id)
+    limit = settings.limit
 
     def read(conn: Connection) -> Page[Event]:
         if not is_sqlite(conn):
@@ -109,6 +120,11 @@ class _Pace:
         self.settings = settings
         self.backoff = _PENDING_FIRST
 
+    def shown(self, page: Page[Event]) -> bool:
+        """Whether the caller sees `page`: one with events, or, when not
+        following, an empty one that says events are held back."""
+        return bool(page.items) or (page.pending and not self.settings.follow)
+
     def after(self, page: Page[Event]) -> float | None:
         """Seconds to wait before the next read; 0 to read on now; None to stop."""
         if page.has_more:
@@ -140,10 +156,8 @@ def tail(
         while stop is None or not stop.is_set():
             page = read(after)
             after = page.next_after or after
-            if page.items:
+            if pace.shown(page):
                 yield page
-            elif page.pending and not settings.follow:
-                yield page  # empty, and says events are held back
             wait = pace.after(page)
             if wait is None:
                 return
@@ -187,10 +201,8 @@ async def async_tail(
         while stop is None or not stop.is_set():
             page: Page[Event] = await read(after)
             after = page.next_after or after
-            if page.items:
+            if pace.shown(page):
                 yield page
-            elif page.pending and not settings.follow:
-                yield page  # empty, and says events are held back
             seconds = pace.after(page)
             if seconds is None:
                 return

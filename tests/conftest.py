@@ -176,3 +176,13 @@ def store(database_url: str, fast_paths: bool) -> Iterator[Store]:
 def ledger(store: Store) -> Ledger:
     """A handle on a tenant no other test uses."""
     return store.tenant(f"tenant-{uuid.uuid4().hex[:8]}")
+
+
+@pytest.fixture
+def partitioned() -> Iterator[str]:
+    """A migrated Postgres database whose log is hash-partitioned into 8."""
+    url = create_postgres_database("chatledger_partitioned")
+    with Store.open(url) as store:
+        store.migrate(partitions=8)
+    yield url
+    drop_postgres_database(url)

@@ -313,15 +313,6 @@ def _touched(plan: dict[str, Any]) -> set[str]:
     return found
 
 
-@pytest.fixture
-def partitioned() -> Iterator[str]:
-    url = create_postgres_database("chatledger_explain")
-    with Store.open(url) as store:
-        store.migrate(partitions=8)
-    yield url
-    drop_postgres_database(url)
-
-
 def test_hot_queries_touch_one_partition(partitioned: str) -> None:
     """Every statement of an append, a head read, a history and a run timeline.
 

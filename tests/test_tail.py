@@ -35,7 +35,6 @@ from store import (
     _tail,
 )
 from store._sql.pages import position
-from tests.conftest import create_postgres_database, drop_postgres_database
 from tests.test_audit import append_in, postgres_only
 
 DEADLINE = 30.0  # far beyond any wake-up; a follower idles for longer (IDLE)
@@ -318,15 +317,6 @@ def test_the_async_tail_follows_and_stops_when_cancelled(database_url: str, ledg
     assert asyncio.run(scenario()) == ["first", "second"]
 
 
-@pytest.fixture
-def partitioned() -> Iterator[str]:
-    url = create_postgres_database("chatledger_tail_partitioned")
-    with Store.open(url) as store:
-        store.migrate(partitions=4)
-    yield url
-    drop_postgres_database(url)
-
-
 def test_the_tail_runs_on_a_partitioned_log(partitioned: str) -> None:
     with Store.open(partitioned) as store:
         ledger = store.tenant("partitioned")
@@ -382,7 +372,7 @@ def test_a_quiet_tenants_cursor_moves_past_other_tenants_events(
         say(busy, other, f"busy {n}")
     deadline = time.monotonic() + DEADLINE
     while True:  # until the busy tenant's commits are settled (Postgres: below the xmin)
-        page = store.execute(_tail.tail_op(ledger.tenant, None, cursor, 100))
+        page = store.execute(_tail.tail_op(ledger.tenant, TENANT_WIDE, cursor))
         assert page.items == []
         if page.next_after is not None and position(page.next_after) >= last_position(busy):
             break
@@ -391,6 +381,11 @@ def test_a_quiet_tenants_cursor_moves_past_other_tenants_events(
     conv = ledger.create_conversation().id
     say(ledger, conv, "mine")
     assert texts(settled(ledger, after=page.next_after)) == ["mine"]
+
+
+TENANT_WIDE = _tail.TailSettings(
+    after=None, conversation_id=None, limit=100, follow=False, idle_seconds=5, poll_seconds=0.05
+)
 
 
 def last_position(ledger: Ledger) -> tuple[int, int]:
