@@ -71,6 +71,7 @@ if _typing.TYPE_CHECKING:
     from store._async import AsyncLedger, AsyncStore
     from store._audit import AsyncAudit, Audit
     from store._sql.pages import Page
+    from store._sql.transfer import ExportReport, ImportFileError, ImportReport
     from store._sql.verify import Recompute, Verification
     from store._store import Ledger, Store
 
@@ -80,6 +81,9 @@ _LAZY = {
     "AsyncLedger": "store._async",
     "AsyncStore": "store._async",
     "Audit": "store._audit",
+    "ExportReport": "store._sql.transfer",
+    "ImportFileError": "store._sql.transfer",
+    "ImportReport": "store._sql.transfer",
     "Ledger": "store._store",
     "Page": "store._sql.pages",
     "Recompute": "store._sql.verify",
@@ -119,10 +123,13 @@ __all__ = [
     "DataPart",
     "Entry",
     "Event",
+    "ExportReport",
     "ForkPoint",
     "HistoryError",
     "HistoryProcessor",
     "HistoryRepair",
+    "ImportFileError",
+    "ImportReport",
     "InvalidInputError",
     "LeaseError",
     "Ledger",

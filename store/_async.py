@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, TextIO, TypeVar
 
 from sqlalchemy.engine import Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -45,6 +45,7 @@ from store._sql.tail import (
     sqlite_connector,
     url_connector,
 )
+from store._sql.transfer import ExportReport, ImportReport
 from store._sql.translate import translating
 from store._sql.verify import Recompute, Verification
 from store._values import (
@@ -601,3 +602,20 @@ class AsyncLedger:
         return await self._store.execute(
             self._ops.claim_stale_runs(owner, limit, lease_seconds, max_attempts)
         )
+
+    async def export(
+        self,
+        out: TextIO,
+        *,
+        conversation_id: str | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> ExportReport:
+        """See `Ledger.export`. `out` is written, and `progress` called, synchronously: in a
+        worker thread when the store made its own engine, else in the event loop's."""
+        return await self._store.execute(self._ops.export(out, conversation_id, progress))
+
+    async def import_file(
+        self, source: TextIO, *, progress: Callable[[int], None] | None = None
+    ) -> ImportReport:
+        """See `Ledger.import_file`. `source` is read, and `progress` called, as in `export`."""
+        return await self._store.execute(self._ops.import_file(source, progress))

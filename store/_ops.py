@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, TypeVar, get_args
+from typing import Any, TextIO, TypeVar, get_args
 
 from sqlalchemy.engine import Connection
 
@@ -22,13 +22,16 @@ from store._checks import MAX_INT32, check_choice, check_id, check_int, check_ne
 from store._errors import ConflictError, InvalidInputError, SchemaError
 from store._sql import append as _append
 from store._sql import entries as _entries
+from store._sql import importer as _importer
 from store._sql import log as _log
 from store._sql import migrate as _migrate
 from store._sql import partitions as _partitions
 from store._sql import projector
 from store._sql import runs as _runs
+from store._sql import transfer as _transfer
 from store._sql import verify as _verify
 from store._sql.ops import Op
+from store._sql.transfer import ExportReport, ImportReport, Progress
 from store._sql.verify import Recompute, Verification
 from store._values import (
     Appended,
@@ -508,6 +511,28 @@ class Operations:
         self, owner: str, limit: int, lease_seconds: float, max_attempts: int
     ) -> Op[list[tuple[Run, RunCursor]]]:
         return _claim_op(self.tenant, owner, limit, lease_seconds, max_attempts)
+
+    def export(
+        self, out: TextIO, conversation_id: str | None, progress: Progress | None
+    ) -> Op[ExportReport]:
+        if conversation_id is not None:
+            check_id(conversation_id, "conversation")
+        what = f"conversation '{conversation_id}'" if conversation_id else f"tenant '{self.tenant}'"
+        # A read of one snapshot, on the primary: a replica's copy would do, but the
+        # export streams for as long as it writes, and a replica may cancel a long read.
+        return Op(
+            f"exporting {what}",
+            write=False,
+            fn=lambda c: _transfer.export(c, self.tenant, out, conversation_id, progress),
+        )
+
+    def import_file(self, source: TextIO, progress: Progress | None) -> Op[ImportReport]:
+        # One transaction: a file refused at any line writes nothing.
+        return Op(
+            f"importing into tenant '{self.tenant}'",
+            write=True,
+            fn=lambda c: _importer.import_file(c, self.tenant, source, progress),
+        )
 
 
 class StoreOperations:

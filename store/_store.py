@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, TextIO, TypeVar
 
 from sqlalchemy.engine import Connection, Engine
 
@@ -38,6 +38,7 @@ from store._sql.tail import (
     notify_on_commit,
     sqlite_connector,
 )
+from store._sql.transfer import ExportReport, ImportReport
 from store._sql.translate import translating
 from store._sql.verify import Recompute, Verification
 from store._values import (
@@ -624,3 +625,33 @@ class Ledger:
         return self._store.execute(
             self._ops.claim_stale_runs(owner, limit, lease_seconds, max_attempts)
         )
+
+    def export(
+        self,
+        out: TextIO,
+        *,
+        conversation_id: str | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> ExportReport:
+        """Write the tenant's conversations, or one with the conversations it was forked
+        from, to `out` as JSON Lines (docs/export.md), streaming from one snapshot.
+
+        The log as stored, byte for byte: sealed content stays sealed (a store
+        that imports it needs the same key-encryption key to read it).
+        `progress` is called with the running count of events written.
+        """
+        return self._store.execute(self._ops.export(out, conversation_id, progress))
+
+    def import_file(
+        self, source: TextIO, *, progress: Callable[[int], None] | None = None
+    ) -> ImportReport:
+        """Read an export of this tenant from `source` into the store, in one transaction.
+
+        Every line is checked (order, fields, every hash, the end record) before
+        anything commits: a file refused raises `ImportFileError` naming its
+        line, and nothing is written. Conversations the store already holds,
+        identical, are left as they are (`ImportReport.already_present`), so an
+        import can be repeated; one that differs is refused. `progress` is
+        called with the running count of events read.
+        """
+        return self._store.execute(self._ops.import_file(source, progress))

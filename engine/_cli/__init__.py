@@ -196,6 +196,37 @@ def _parser() -> argparse.ArgumentParser:
         help="the most events read at a time, one page (default 100)",
     )
 
+    p = command(
+        "export",
+        "_transfer:export",
+        "write the tenant's log (or a conversation's) as JSON Lines, to import elsewhere",
+        common,
+        tenant,
+    )
+    p.description = (
+        "Write the tenant's conversations, or one with the conversations it was forked from, "
+        "as JSON Lines: every event as stored (sealed content stays sealed) with its hash, "
+        "and the rows that rebuild it. `chatledger import` reads it into another database, "
+        "SQLite or Postgres. See docs/export.md."
+    )
+    p.add_argument("--conversation", metavar="ID", help="only this conversation (and its sources)")
+    p.add_argument("--output", "-o", metavar="FILE", help="write to FILE (default: stdout)")
+
+    p = command(
+        "import",
+        "_transfer:import_",
+        "read a file of `chatledger export` into this database, for the tenant it names",
+        common,
+        output,
+    )
+    p.description = (
+        "Read an export into this database, in one transaction, for the tenant its header "
+        "names. Every line is checked (order, every hash, the end record's digest) before "
+        "anything commits: a file refused names its line and writes nothing. Conversations "
+        "already here, identical, are left as they are, so an import can be repeated."
+    )
+    p.add_argument("file", metavar="FILE", help="the export file")
+
     p = command("chat", "_commands:chat", "chat with an OpenAI-compatible model", common, tenant)
     p.add_argument("--model", default=os.environ.get("CHATLEDGER_MODEL", "gpt-4o-mini"))
     p.add_argument("--conversation", help="continue this conversation")
