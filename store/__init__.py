@@ -15,6 +15,8 @@ import typing as _typing
 from store._errors import (
     ChatledgerError,
     ConflictError,
+    EncryptionError,
+    ErasedError,
     HistoryError,
     InvalidInputError,
     LeaseError,
@@ -70,7 +72,11 @@ from store.messages import (
 if _typing.TYPE_CHECKING:
     from store._async import AsyncLedger, AsyncStore
     from store._audit import AsyncAudit, Audit
+    from store._crypto import KeyEncryptionKey, LocalKek
+    from store._retention import RetentionReport
+    from store._sql.erasure import Erasure
     from store._sql.pages import Page
+    from store._sql.retention import RetentionPolicy
     from store._sql.transfer import ExportReport, ImportFileError, ImportReport
     from store._sql.verify import Recompute, Verification
     from store._store import Ledger, Store
@@ -81,12 +87,17 @@ _LAZY = {
     "AsyncLedger": "store._async",
     "AsyncStore": "store._async",
     "Audit": "store._audit",
+    "Erasure": "store._sql.erasure",
     "ExportReport": "store._sql.transfer",
     "ImportFileError": "store._sql.transfer",
     "ImportReport": "store._sql.transfer",
+    "KeyEncryptionKey": "store._crypto",
+    "LocalKek": "store._crypto",
     "Ledger": "store._store",
     "Page": "store._sql.pages",
     "Recompute": "store._sql.verify",
+    "RetentionPolicy": "store._sql.retention",
+    "RetentionReport": "store._retention",
     "Store": "store._store",
     "Verification": "store._sql.verify",
 }
@@ -121,7 +132,10 @@ __all__ = [
     "ConflictError",
     "Conversation",
     "DataPart",
+    "EncryptionError",
     "Entry",
+    "ErasedError",
+    "Erasure",
     "Event",
     "ExportReport",
     "ForkPoint",
@@ -131,11 +145,13 @@ __all__ = [
     "ImportFileError",
     "ImportReport",
     "InvalidInputError",
+    "KeyEncryptionKey",
     "LeaseError",
     "Ledger",
     "Lineage",
     "LineageBranch",
     "LineageResume",
+    "LocalKek",
     "Message",
     "NewEvent",
     "NotFoundError",
@@ -145,6 +161,8 @@ __all__ = [
     "Recompute",
     "RecordedRequest",
     "ResumeConflictError",
+    "RetentionPolicy",
+    "RetentionReport",
     "Run",
     "RunCursor",
     "RunStateError",

@@ -10,6 +10,7 @@ face's driver connections in a worker thread, the rest through SQLAlchemy's
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TextIO, TypeVar
@@ -21,7 +22,11 @@ from sqlalchemy.ext.asyncio import create_async_engine as sa_create_async_engine
 from store import _tail
 from store._audit import AsyncAudit
 from store._cache import MessageCache
+from store._crypto import KeyEncryptionKey, sealer_for
+from store._errors import ErasedError
 from store._ops import Operations, StoreOperations, completed
+from store._retention import RetentionReport, run_retention
+from store._sealing import Program, adrive, opening, preparing
 from store._sql.dialect import (
     WRITE,
     DriverConnections,
@@ -32,9 +37,11 @@ from store._sql.dialect import (
     is_sqlite,
     sync_driver_url,
 )
+from store._sql.erasure import Erasure
 from store._sql.ops import Op, general, in_transaction, run_fast
 from store._sql.pages import DEFAULT_LIMIT, Page
 from store._sql.replicas import Replicas, check_replicas
+from store._sql.retention import RetentionAction, RetentionPolicy
 from store._sql.tail import (
     AsyncPostgresWaiter,
     Notifier,
@@ -94,7 +101,9 @@ class AsyncStore:
         message_cache: int = 10_000,
         fast_paths: bool = True,
         notify: bool = True,
+        kek: KeyEncryptionKey | bytes | None = None,
     ) -> None:
+        self._sealer = sealer_for(kek)
         self.engine = engine
         self._owns_engine = owns_engine
         self._ops = StoreOperations()
@@ -123,6 +132,7 @@ class AsyncStore:
         fast_paths: bool = True,
         replicas: Sequence[str] = (),
         notify: bool = True,
+        kek: KeyEncryptionKey | bytes | None = None,
     ) -> AsyncStore:
         """Open a store; the arguments are those of `Store.open`.
 
@@ -137,6 +147,7 @@ class AsyncStore:
             engine.dialect.name if engine is not None else database_url(url).get_backend_name()
         )
         replica_urls = check_replicas(replicas, primary)  # before any engine exists
+        sealer_for(kek)
         sibling = None
         if engine is None:
             parsed = database_url(url)
@@ -164,6 +175,7 @@ class AsyncStore:
             message_cache=message_cache,
             fast_paths=fast_paths,
             notify=notify,
+            kek=kek,
         )
         if sibling is not None:
             store._sync_engine, store._driver = sibling, DriverConnections(sibling)
@@ -205,6 +217,27 @@ class AsyncStore:
         `async with engine.begin() as connection:`.
         """
         await self.execute(self._ops.migrate(partitions), connection)
+
+    def _tenant_ops(self, tenant: str) -> Operations:
+        return Operations(tenant, self.message_cache)
+
+    async def run_retention(
+        self,
+        *,
+        tenant: str | None = None,
+        export_dir: str | os.PathLike[str] | None = None,
+        dry_run: bool = False,
+        now: datetime | None = None,
+    ) -> RetentionReport:
+        """See `Store.run_retention`."""
+        program = run_retention(
+            self._tenant_ops,
+            tenant=tenant,
+            export_dir=export_dir,
+            dry_run=dry_run,
+            now=now,
+        )
+        return await adrive(program, self.execute)
 
     def tenant(self, tenant: str) -> AsyncLedger:
         """A handle whose every operation is scoped to `tenant`."""
@@ -254,8 +287,24 @@ class AsyncStore:
 
         With `connection`, run its general path inside the caller's
         transaction on that connection instead. An operation that tolerates
-        staleness runs on a read replica first, as in `Store.execute`.
+        staleness runs on a read replica first, as in `Store.execute`; sealing
+        is as there too.
         """
+        seal = None
+        if op.sealing is not None and self._sealer is not None:
+            op, seal = await self._drive(preparing(self._sealer, op.sealing), connection)
+        try:
+            done = await self._execute(op, connection)
+        except ErasedError:
+            if op.sealing is not None and self._sealer is not None:
+                self._sealer.forget(op.sealing.tenant, op.sealing.conversation_id)
+            raise
+        return await self._drive(opening(self._sealer, done, seal), connection)
+
+    async def _drive(self, program: Program[T], connection: AsyncConnection | None) -> T:
+        return await adrive(program, lambda op: self._execute(op, connection))
+
+    async def _execute(self, op: Op[T], connection: AsyncConnection | None) -> T:
         if connection is not None:
             with translating(op.action):
                 done = await connection.run_sync(op.fn)
@@ -326,10 +375,11 @@ class AsyncLedger:
         *,
         conversation_id: str | None = None,
         key: str | None = None,
+        subject: str | None = None,
     ) -> Conversation:
         """See `Ledger.create_conversation`."""
         return await self._store.execute(
-            self._ops.create_conversation(metadata, conversation_id, key)
+            self._ops.create_conversation(metadata, conversation_id, key, subject)
         )
 
     async def conversation(self, conversation_id: str) -> Conversation:
@@ -385,6 +435,7 @@ class AsyncLedger:
         ids: Sequence[str] | None = None,
         state: dict[str, Any] | None = None,
         expected_state: Mapping[str, Any] | None = None,
+        subject: str | None = None,
     ) -> Appended:
         """See `Ledger.append_messages`."""
         return await self._store.execute(
@@ -401,6 +452,7 @@ class AsyncLedger:
                 ids=ids,
                 state=state,
                 expected_state=expected_state,
+                subject=subject,
             )
         )
 
@@ -421,9 +473,12 @@ class AsyncLedger:
         at: int | Position | None = None,
         metadata: dict[str, Any] | None = None,
         key: str | None = None,
+        subject: str | None = None,
     ) -> Conversation:
         """See `Ledger.fork`."""
-        return await self._store.execute(self._ops.fork(conversation_id, at, metadata, key))
+        return await self._store.execute(
+            self._ops.fork(conversation_id, at, metadata, key, subject)
+        )
 
     async def move_head(
         self,
@@ -440,6 +495,22 @@ class AsyncLedger:
                 conversation_id, to, expected, state=state, expected_state=expected_state
             )
         )
+
+    async def set_retention(self, idle_days: int, action: RetentionAction) -> RetentionPolicy:
+        """See `Ledger.set_retention`."""
+        return await self._store.execute(self._ops.set_retention(idle_days, action))
+
+    async def retention(self) -> RetentionPolicy | None:
+        """See `Ledger.retention`."""
+        return await self._store.execute(self._ops.retention())
+
+    async def clear_retention(self) -> bool:
+        """See `Ledger.clear_retention`."""
+        return await self._store.execute(self._ops.clear_retention())
+
+    async def erase(self, subject: str, *, reason: str) -> Erasure:
+        """See `Ledger.erase`."""
+        return await self._store.execute(self._ops.erase(subject, reason))
 
     async def events(
         self,

@@ -21,9 +21,11 @@ from store._errors import InvalidInputError
 from store._sql import log as _log
 from store._sql.audit import (
     Filter,
+    RequestParts,
     lineage,
     list_events,
     model_request,
+    recorded_request,
     run_timeline,
     tool_executions,
 )
@@ -194,8 +196,7 @@ class _AuditOps:
         number: int,
         instructions: str,
         context: str,
-        history_processor: HistoryProcessor | None,
-    ) -> Op[RecordedRequest]:
+    ) -> Op[RequestParts]:
         if isinstance(number, bool) or not isinstance(number, int) or number < 1:
             raise InvalidInputError(
                 f"Model requests are numbered from 1, so {number!r} names none. Pass the "
@@ -205,15 +206,7 @@ class _AuditOps:
             raise InvalidInputError(f"context must be text, not {type(context).__name__}.")
         return _query(
             f"rebuilding model request {number} of run '{run_id}'",
-            fn=lambda c: model_request(
-                c,
-                self.tenant,
-                run_id,
-                number,
-                instructions=instructions,
-                context=context,
-                history_processor=history_processor,
-            ),
+            fn=lambda c: model_request(c, self.tenant, run_id, number, instructions=instructions),
         )
 
     def tool_executions(
@@ -337,8 +330,9 @@ class Audit:
                 instructions (the engine's retrieval context block).
             history_processor: the agent's history processor, if it had one.
         """
-        return self._store.execute(
-            self._ops.model_request(run_id, request, instructions, context, history_processor)
+        parts = self._store.execute(self._ops.model_request(run_id, request, instructions, context))
+        return recorded_request(
+            parts, instructions=instructions, context=context, history_processor=history_processor
         )
 
     def tool_executions(
@@ -452,8 +446,11 @@ class AsyncAudit:
         history_processor: HistoryProcessor | None = None,
     ) -> RecordedRequest:
         """See `Audit.model_request`."""
-        return await self._store.execute(
-            self._ops.model_request(run_id, request, instructions, context, history_processor)
+        parts = await self._store.execute(
+            self._ops.model_request(run_id, request, instructions, context)
+        )
+        return recorded_request(
+            parts, instructions=instructions, context=context, history_processor=history_processor
         )
 
     async def tool_executions(

@@ -15,6 +15,8 @@ ChatledgerError
 ├── LeaseError             the run's lease was lost (fencing); nothing was written
 ├── RunStateError          the run is not in a state that allows the operation
 ├── SchemaError            the database is not migrated to this version
+├── ErasedError            the conversation's subject was erased; nothing was written
+├── EncryptionError        sealed content needs a key-encryption key this store lacks
 └── StorageError           the database refused or failed an operation
 ```
 
@@ -28,6 +30,8 @@ from __future__ import annotations
 __all__ = [
     "ChatledgerError",
     "ConflictError",
+    "EncryptionError",
+    "ErasedError",
     "HistoryError",
     "InvalidInputError",
     "LeaseError",
@@ -139,3 +143,26 @@ class SchemaError(ChatledgerError):
 
 class StorageError(ChatledgerError):
     """The database refused or failed an operation."""
+
+
+class ErasedError(ChatledgerError):
+    """The conversation's erasure subject was erased: it takes no more writes.
+
+    Reads still work and return erased markers (docs/erasure.md).
+    """
+
+    def __init__(self, *, conversation_id: str, subject: str | None = None) -> None:
+        self.conversation_id = conversation_id
+        self.subject = subject
+        super().__init__(
+            f"Conversation '{conversation_id}' was erased (its data key is destroyed); it "
+            f"takes no more writes. Start a new conversation for new content."
+        )
+
+
+class EncryptionError(ChatledgerError):
+    """Sealed content met a store that cannot seal or open it. Nothing was written.
+
+    Open the store with the key-encryption key the content was sealed under
+    (`Store.open(kek=...)` or `CHATLEDGER_KEK`).
+    """

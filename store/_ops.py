@@ -18,19 +18,32 @@ from sqlalchemy.engine import Connection
 
 from store import _repair
 from store._cache import MessageCache
-from store._checks import MAX_INT32, check_choice, check_id, check_int, check_new_id
-from store._errors import ConflictError, InvalidInputError, SchemaError
+from store._checks import (
+    MAX_INT32,
+    check_choice,
+    check_id,
+    check_int,
+    check_long_text,
+    check_new_id,
+)
+from store._crypto import PLAIN, Seal
+from store._errors import ConflictError, EncryptionError, InvalidInputError, SchemaError
 from store._sql import append as _append
 from store._sql import entries as _entries
+from store._sql import erasure as _erasure
 from store._sql import importer as _importer
+from store._sql import keys as _keys
 from store._sql import log as _log
 from store._sql import migrate as _migrate
 from store._sql import partitions as _partitions
 from store._sql import projector
+from store._sql import retention as _retention
 from store._sql import runs as _runs
 from store._sql import transfer as _transfer
 from store._sql import verify as _verify
-from store._sql.ops import Op
+from store._sql.erasure import Erasure
+from store._sql.ops import Op, Sealing
+from store._sql.retention import RetentionPolicy
 from store._sql.transfer import ExportReport, ImportReport, Progress
 from store._sql.verify import Recompute, Verification
 from store._values import (
@@ -45,6 +58,7 @@ from store._values import (
     RunCursor,
     RunStatus,
 )
+from store.ids import new_id
 from store.messages import Message, Usage, load_message, load_messages
 
 __all__ = ["Operations", "StoreOperations", "completed"]
@@ -95,7 +109,11 @@ class Operations:
         self.cache = cache
 
     def create_conversation(
-        self, metadata: dict[str, Any] | None, conversation_id: str | None, key: str | None = None
+        self,
+        metadata: dict[str, Any] | None,
+        conversation_id: str | None,
+        key: str | None = None,
+        subject: str | None = None,
     ) -> Op[Conversation]:
         # Every input is checked here, before either path, as `fn` checks
         # them (in the same order): the fast forms write without passing
@@ -103,24 +121,42 @@ class Operations:
         check_new_id(conversation_id, "conversation")
         tenant = self.tenant
         meta_text, payload = _log.encode_root(tenant, metadata)
-        create = Op(
-            "creating a conversation",
-            write=True,
-            fn=lambda c: _log.create_conversation(
-                c, self.tenant, metadata, conversation_id=conversation_id, key=key
-            ),
-        )
-        if key is not None:  # a keyed creation checks its key: the general path
+        if key is not None:
             _log.check_key(key)
-            return create
+        if subject is not None:
+            _keys.check_subject(subject)
+        # Minted here, so that a sealed conversation's subject (by default
+        # its id) is known before it is written.
+        cid = conversation_id or new_id()
+
+        def build(seal: Seal) -> Op[Conversation]:
+            create = Op(
+                "creating a conversation",
+                write=True,
+                fn=lambda c: _log.create_conversation(
+                    c,
+                    tenant,
+                    metadata,
+                    conversation_id=cid,
+                    key=key,
+                    seal=_subject_needs(subject, seal),
+                ),
+            )
+            # A keyed or sealed creation (or one that names a subject): the general path.
+            if key is not None or seal.sealed or subject is not None:
+                return create
+            return replace(
+                create,
+                postgres=lambda cursor: _append.create_conversation_postgres(
+                    cursor, tenant, cid, meta_text, payload
+                ),
+                sqlite=lambda cursor: _append.create_conversation_sqlite(
+                    cursor, tenant, cid, meta_text, payload
+                ),
+            )
+
         return replace(
-            create,
-            postgres=lambda cursor: _append.create_conversation_postgres(
-                cursor, tenant, conversation_id, meta_text, payload
-            ),
-            sqlite=lambda cursor: _append.create_conversation_sqlite(
-                cursor, tenant, conversation_id, meta_text, payload
-            ),
+            build(PLAIN), sealing=Sealing(tenant, cid, build, create=True, subject=subject)
         )
 
     def conversation_by_key(self, key: str) -> Op[Conversation]:
@@ -206,6 +242,7 @@ class Operations:
         ids: Sequence[str] | None = None,
         state: dict[str, Any] | None = None,
         expected_state: Mapping[str, Any] | None = None,
+        subject: str | None = None,
     ) -> Op[Appended]:
         if isinstance(messages, Message | dict | str | bytes) or not isinstance(messages, Sequence):
             raise InvalidInputError(
@@ -217,16 +254,22 @@ class Operations:
         check_id(conversation_id, "conversation")
         _append.check_append_options(expected, run_id, idempotency_key)
         root = _root_if(create, self.tenant, metadata)
-        encoded = _log.encode_events(
+        if subject is not None:
+            if not create:
+                raise InvalidInputError(
+                    "subject is for the conversation an append creates: pass it with create=True."
+                )
+            _keys.check_subject(subject)
+        clear = _log.encode_events(
             [NewEvent.of_message(_as_message(m), origin=origin) for m in messages]  # type: ignore[arg-type]
         )
-        minted = _entries.check_ids(ids, len(encoded))
+        minted = _entries.check_ids(ids, len(clear))
         if after is not None:
             _check_position(after, "after")
         state_text = None if state is None else _entries.encode_state(state)
         _check_expected_state(expected_state)
-        if state is not None and state_text is not None and encoded:  # the last event: the state
-            encoded.append(_entries.state_changed(state, state_text))
+        if state is not None and state_text is not None and clear:  # the last event: the state
+            clear.append(_entries.state_changed(state, state_text))
         tenant = self.tenant
         # The fast forms append at the head; a turn after another position,
         # or an expected head named by branch, goes through the general path.
@@ -234,8 +277,54 @@ class Operations:
         at_branch = expected.branch_id if isinstance(expected, Position) else None
         plain = after is None
 
+        def build(seal: Seal) -> Op[Appended]:
+            encoded = seal.events(clear)
+            sealed_root = None if root is None else seal.root(root)
+            # A key minted for a new subject is written by the general path,
+            # which also refuses the append when another writer created the
+            # conversation (and its key) first.
+            minting = seal.new_key is not None
+            return Op(
+                f"appending to conversation '{conversation_id}'",
+                write=True,
+                postgres=None
+                if minting
+                else in_place(
+                    encoded,
+                    seal,
+                    sealed_root,
+                    _append.append_postgres,
+                    _append.create_append_postgres,
+                ),
+                sqlite=None
+                if minting
+                else in_place(
+                    encoded, seal, sealed_root, _append.append_sqlite, _append.create_append_sqlite
+                ),
+                fn=lambda c: _append.append_messages(
+                    c,
+                    self.tenant,
+                    conversation_id,
+                    encoded,
+                    expected=expected,
+                    run_id=run_id,
+                    idempotency_key=idempotency_key,
+                    create=create,
+                    metadata=metadata,
+                    after=after,
+                    ids=minted,
+                    state=state_text,
+                    expected_state=expected_state,
+                    seal=_subject_needs(subject, seal),
+                ),
+            )
+
         def in_place(
-            append: _append.Append, create_append: _append.CreateAppend
+            encoded: list[tuple[NewEvent, str]],
+            seal: Seal,
+            root: tuple[str, str] | None,
+            append: _append.Append,
+            create_append: _append.CreateAppend,
         ) -> Callable[[Any], Appended | None] | None:
             if not encoded or not plain:
                 return None
@@ -245,7 +334,10 @@ class Operations:
                 # The create-append form goes first: with `create`, the
                 # conversation is likely new. Unless `expected` refuses a new
                 # one (its head is at 1): the general path then says so.
-                fresh = minted is None and state is None and expected_state is None
+                # A sealed creation writes its key too: the general path.
+                fresh = (
+                    minted is None and state is None and expected_state is None and not seal.sealed
+                )
                 if root is not None and expected in (None, 1) and fresh:
                     done = create_append(
                         handle,
@@ -269,6 +361,7 @@ class Operations:
                         named=minted,
                         state=state_text,
                         expected_state=expected_state,
+                        sealed=seal.sealed,
                     )
                 return _append.appended_in_place(
                     conversation_id, done, encoded, run_id, idempotency_key
@@ -276,26 +369,9 @@ class Operations:
 
             return attempt
 
-        return Op(
-            f"appending to conversation '{conversation_id}'",
-            write=True,
-            postgres=in_place(_append.append_postgres, _append.create_append_postgres),
-            sqlite=in_place(_append.append_sqlite, _append.create_append_sqlite),
-            fn=lambda c: _append.append_messages(
-                c,
-                self.tenant,
-                conversation_id,
-                encoded,
-                expected=expected,
-                run_id=run_id,
-                idempotency_key=idempotency_key,
-                create=create,
-                metadata=metadata,
-                after=after,
-                ids=minted,
-                state=state_text,
-                expected_state=expected_state,
-            ),
+        return replace(
+            build(PLAIN),
+            sealing=Sealing(tenant, conversation_id, build, create=create, subject=subject),
         )
 
     def history(
@@ -329,14 +405,34 @@ class Operations:
         at: int | Position | None,
         metadata: dict[str, Any] | None,
         key: str | None = None,
+        subject: str | None = None,
     ) -> Op[Conversation]:
         if key is not None:
             _log.check_key(key)
-        return Op(
-            f"forking conversation '{conversation_id}'",
-            write=True,
-            fn=lambda c: _log.fork(c, self.tenant, conversation_id, at, metadata, key=key),
+        if subject is not None:
+            _keys.check_subject(subject)
+        tenant, fork_id = self.tenant, new_id()
+
+        def build(seal: Seal) -> Op[Conversation]:
+            return Op(
+                f"forking conversation '{conversation_id}'",
+                write=True,
+                fn=lambda c: _log.fork(
+                    c,
+                    tenant,
+                    conversation_id,
+                    at,
+                    metadata,
+                    key=key,
+                    fork_id=fork_id,
+                    seal=_subject_needs(subject, seal),
+                ),
+            )
+
+        sealing = Sealing(
+            tenant, fork_id, build, create=True, subject=subject, source=conversation_id
         )
+        return replace(build(PLAIN), sealing=sealing)
 
     def move_head(
         self,
@@ -387,24 +483,63 @@ class Operations:
         self, conversation_id: str, events: Sequence[NewEvent], **options: Any
     ) -> Op[RunCursor]:
         initial = _log.encode_events(events)
-        return Op(
-            f"starting a run on conversation '{conversation_id}'",
-            write=True,
-            fn=lambda c: _runs.start_run(
-                c, self.tenant, conversation_id, initial=initial, **options
-            ),
-        )
+
+        def build(seal: Seal) -> Op[RunCursor]:
+            return Op(
+                f"starting a run on conversation '{conversation_id}'",
+                write=True,
+                fn=lambda c: _runs.start_run(
+                    c, self.tenant, conversation_id, initial=seal.events(initial), **options
+                ),
+            )
+
+        return replace(build(PLAIN), sealing=Sealing(self.tenant, conversation_id, build))
 
     def record(
         self, cursor: RunCursor, new_events: Sequence[NewEvent], idempotency_key: str | None
     ) -> Op[tuple[list[Event], RunCursor]]:
         encoded = _log.encode_events(new_events)
+
+        def build(seal: Seal) -> Op[tuple[list[Event], RunCursor]]:
+            return Op(
+                f"recording events of run '{cursor.run_id}'",
+                write=True,
+                fn=lambda c: _runs.record(
+                    c, self.tenant, cursor, seal.events(encoded), idempotency_key=idempotency_key
+                ),
+            )
+
+        return replace(build(PLAIN), sealing=Sealing(self.tenant, cursor.conversation_id, build))
+
+    def set_retention(self, idle_days: int, action: str) -> Op[RetentionPolicy]:
+        days, chosen = _retention.check_policy(idle_days, action)
         return Op(
-            f"recording events of run '{cursor.run_id}'",
+            f"setting the retention policy of tenant '{self.tenant}'",
             write=True,
-            fn=lambda c: _runs.record(
-                c, self.tenant, cursor, encoded, idempotency_key=idempotency_key
-            ),
+            fn=lambda c: _retention.set_policy(c, self.tenant, days, chosen),
+        )
+
+    def retention(self) -> Op[RetentionPolicy | None]:
+        return Op(
+            f"reading the retention policy of tenant '{self.tenant}'",
+            write=False,
+            fn=lambda c: _retention.get_policy(c, self.tenant),
+        )
+
+    def clear_retention(self) -> Op[bool]:
+        return Op(
+            f"clearing the retention policy of tenant '{self.tenant}'",
+            write=True,
+            fn=lambda c: _retention.clear_policy(c, self.tenant),
+        )
+
+    def erase(self, subject: str, reason: str) -> Op[Erasure]:
+        _keys.check_subject(subject)
+        check_long_text(reason, "reason", max_chars=1000)
+        return Op(
+            f"erasing subject '{subject}'",
+            write=True,
+            fn=lambda c: _erasure.erase(c, self.tenant, subject, reason),
         )
 
     def complete_run(
@@ -632,6 +767,16 @@ def _check_expected_state(expected: object) -> None:
             f"{type(expected).__name__}."
         )
     _entries.encode_state(dict(expected), "expected_state")
+
+
+def _subject_needs(subject: str | None, seal: Seal) -> Seal:
+    """`seal`, refusing a `subject` that nothing will seal under (no key-encryption key)."""
+    if subject is not None and not seal.sealed:
+        raise EncryptionError(
+            f"Subject '{subject}' groups sealed conversations, and this store seals nothing: "
+            f"open it with a key-encryption key (Store.open(kek=...) or CHATLEDGER_KEK)."
+        )
+    return seal
 
 
 def _root_if(create: bool, tenant: str, metadata: Any) -> tuple[str, str] | None:

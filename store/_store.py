@@ -8,6 +8,7 @@ as coroutines.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
@@ -18,7 +19,11 @@ from sqlalchemy.engine import Connection, Engine
 from store import _tail
 from store._audit import Audit
 from store._cache import MessageCache
+from store._crypto import KeyEncryptionKey, sealer_for
+from store._errors import ErasedError
 from store._ops import Operations, StoreOperations, completed
+from store._retention import RetentionReport, run_retention
+from store._sealing import drive, opening, preparing
 from store._sql.dialect import (
     DriverConnections,
     Durability,
@@ -27,9 +32,11 @@ from store._sql.dialect import (
     install_sqlite_hooks,
     is_sqlite,
 )
+from store._sql.erasure import Erasure
 from store._sql.ops import Op, general
 from store._sql.pages import DEFAULT_LIMIT, Page
 from store._sql.replicas import Replicas, check_replicas
+from store._sql.retention import RetentionAction, RetentionPolicy
 from store._sql.tail import (
     Notifier,
     PostgresWaiter,
@@ -73,7 +80,9 @@ class Store:
         message_cache: int = 10_000,
         fast_paths: bool = True,
         notify: bool = True,
+        kek: KeyEncryptionKey | bytes | None = None,
     ) -> None:
+        self._sealer = sealer_for(kek)  # first: a bad key leaves nothing open
         self.engine = engine
         self._owns_engine = owns_engine
         # Operations with a plain-SQL form for this database run on driver
@@ -100,6 +109,7 @@ class Store:
         fast_paths: bool = True,
         replicas: Sequence[str] = (),
         notify: bool = True,
+        kek: KeyEncryptionKey | bytes | None = None,
     ) -> Store:
         """Open a store.
 
@@ -132,7 +142,15 @@ class Store:
                 of its own, so tails (`Ledger.tail`) wake at once. False
                 sends none: tails then see this store's writes on their idle
                 re-read (docs/tail.md).
+            kek: the key-encryption key: 32 bytes, or a `KeyEncryptionKey`
+                (a KMS behind `wrap` and `unwrap`); default the base64 or hex
+                key in `CHATLEDGER_KEK`, if set. With one, the messages and
+                metadata of every new conversation are sealed under a data
+                key of its erasure subject, which `ledger.erase` destroys
+                (docs/erasure.md); without one, sealed content cannot be read
+                or written.
         """
+        sealer_for(kek)  # checked before any engine exists
         # Checked before any engine exists, so a refusal leaves nothing open.
         primary = (
             engine.dialect.name if engine is not None else database_url(url).get_backend_name()
@@ -147,6 +165,7 @@ class Store:
                 message_cache=message_cache,
                 fast_paths=fast_paths,
                 notify=notify,
+                kek=kek,
             )
         else:
             store = cls(
@@ -155,6 +174,7 @@ class Store:
                 message_cache=message_cache,
                 fast_paths=fast_paths,
                 notify=notify,
+                kek=kek,
             )
         if replica_urls:
             store._replicas = Replicas(replica_urls)
@@ -189,6 +209,37 @@ class Store:
         (docs/scaling.md).
         """
         self.execute(self._ops.migrate(partitions), connection)
+
+    def _tenant_ops(self, tenant: str) -> Operations:
+        return Operations(tenant, self.message_cache)
+
+    def run_retention(
+        self,
+        *,
+        tenant: str | None = None,
+        export_dir: str | os.PathLike[str] | None = None,
+        dry_run: bool = False,
+        now: datetime | None = None,
+    ) -> RetentionReport:
+        """Apply retention policies: for `tenant`, or every tenant that has one.
+
+        Each subject whose conversations are all idle past its tenant's
+        cutoff is exported (for `export-erase`: one file per conversation
+        under `export_dir/<tenant>/`, written whole or not at all) and then
+        erased; a subject with an active conversation is kept, and idle
+        conversations stored in the clear are reported, never touched. Run it
+        from a scheduler: a pass killed halfway finishes when run again.
+        `dry_run` writes nothing and reports what would be done; `now` (default
+        the database's clock) is the moment idleness is measured from.
+        """
+        program = run_retention(
+            self._tenant_ops,
+            tenant=tenant,
+            export_dir=export_dir,
+            dry_run=dry_run,
+            now=now,
+        )
+        return drive(program, self.execute)
 
     def tenant(self, tenant: str) -> Ledger:
         """A handle whose every operation is scoped to `tenant`."""
@@ -237,8 +288,26 @@ class Store:
         With `connection`, run its general path inside the caller's
         transaction on that connection instead. An operation that tolerates
         staleness (`Op.replica`) runs on a read replica when the store has
-        one and it answers.
+        one and it answers. A write that stores content is sealed first when
+        the store has a key-encryption key, and sealed content in any result
+        is opened (`store._sealing`).
         """
+
+        def run(o: Op[Any]) -> Any:
+            return self._execute(o, connection)
+
+        seal = None
+        if op.sealing is not None and self._sealer is not None:
+            op, seal = drive(preparing(self._sealer, op.sealing), run)
+        try:
+            done = self._execute(op, connection)
+        except ErasedError:
+            if op.sealing is not None and self._sealer is not None:
+                self._sealer.forget(op.sealing.tenant, op.sealing.conversation_id)
+            raise
+        return drive(opening(self._sealer, done, seal), run)
+
+    def _execute(self, op: Op[T], connection: Connection | None) -> T:
         if connection is not None:
             with translating(op.action):
                 done = op.fn(connection)
@@ -293,9 +362,17 @@ class Ledger:
         *,
         conversation_id: str | None = None,
         key: str | None = None,
+        subject: str | None = None,
     ) -> Conversation:
-        """Create a conversation (its id a new UUIDv7 unless given)."""
-        return self._store.execute(self._ops.create_conversation(metadata, conversation_id, key))
+        """Create a conversation (its id a new UUIDv7 unless given).
+
+        `subject`: on a store with a key-encryption key, the erasure subject
+        whose data key seals it (default: its own id); `erase(subject)`
+        erases every conversation of the subject at once.
+        """
+        return self._store.execute(
+            self._ops.create_conversation(metadata, conversation_id, key, subject)
+        )
 
     def conversation(self, conversation_id: str) -> Conversation:
         """The conversation: metadata, head, and where it was forked from."""
@@ -348,6 +425,7 @@ class Ledger:
         ids: Sequence[str] | None = None,
         state: dict[str, Any] | None = None,
         expected_state: Mapping[str, Any] | None = None,
+        subject: str | None = None,
     ) -> Appended:
         """Append one turn at the head, atomically, and move the head past it.
 
@@ -382,6 +460,7 @@ class Ledger:
                 ids=ids,
                 state=state,
                 expected_state=expected_state,
+                subject=subject,
             )
         )
 
@@ -402,9 +481,15 @@ class Ledger:
         at: int | Position | None = None,
         metadata: dict[str, Any] | None = None,
         key: str | None = None,
+        subject: str | None = None,
     ) -> Conversation:
-        """A new conversation that continues this one at `at` (default: the head)."""
-        return self._store.execute(self._ops.fork(conversation_id, at, metadata, key))
+        """A new conversation that continues this one at `at` (default: the head).
+
+        Sealed, it belongs to its source's erasure subject unless `subject`
+        names another: then erasing the source's subject leaves the fork its
+        own messages and erases only the prefix they share.
+        """
+        return self._store.execute(self._ops.fork(conversation_id, at, metadata, key, subject))
 
     def move_head(
         self,
@@ -421,6 +506,33 @@ class Ledger:
                 conversation_id, to, expected, state=state, expected_state=expected_state
             )
         )
+
+    def set_retention(self, idle_days: int, action: RetentionAction) -> RetentionPolicy:
+        """Set the tenant's retention policy: conversations idle for `idle_days` are
+        erased (`erase`), or exported and then erased (`export-erase`), by
+        `Store.run_retention` (docs/erasure.md, "Retention")."""
+        return self._store.execute(self._ops.set_retention(idle_days, action))
+
+    def retention(self) -> RetentionPolicy | None:
+        """The tenant's retention policy, None when it has none."""
+        return self._store.execute(self._ops.retention())
+
+    def clear_retention(self) -> bool:
+        """Remove the tenant's retention policy; whether it had one."""
+        return self._store.execute(self._ops.clear_retention())
+
+    def erase(self, subject: str, *, reason: str) -> Erasure:
+        """Erase an erasure subject: destroy its data key, in one transaction.
+
+        Every conversation of the subject (a sealed conversation's subject is
+        its own id unless it was given one; forks inherit their source's)
+        gets a `conversation.erased` event naming the subject and `reason`,
+        and reads as erased markers from then on, in every process; it takes
+        no more writes. The log and its hash chain stay whole, so `verify`
+        passes. Erasing a subject again changes nothing and says so
+        (`Erasure.already`). docs/erasure.md says what it guarantees.
+        """
+        return self._store.execute(self._ops.erase(subject, reason))
 
     def events(
         self,

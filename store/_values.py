@@ -45,6 +45,7 @@ EventKind = Literal[
     "run.canceled",
     "head.moved",
     "state.changed",
+    "conversation.erased",
 ]
 Origin = Literal["run", "client", "repair"]
 BranchReason = Literal["root", "run", "resume", "fork", "edit"]
@@ -134,6 +135,10 @@ class Conversation:
     """The caller's own name for it (`create_conversation(key=...)`), unique in the tenant."""
     state: dict[str, Any] = field(default_factory=dict)
     """Its current state: a JSON object that changes after creation (`set_state`)."""
+    subject: str | None = None
+    """Its erasure subject when its content is sealed (docs/erasure.md); None: in the clear."""
+    erased_at: Timestamp | None = None
+    """When its subject was erased (`ledger.erase`): its content reads as erased markers."""
     head_open: bool = field(default=True, repr=False, compare=False)
     """Whether the next append may continue the head's branch in place."""
 

@@ -34,7 +34,9 @@ __all__ = [
     "event_ids",
     "events",
     "metadata",
+    "retention_policies",
     "runs",
+    "subject_keys",
     "view_entries",
 ]
 
@@ -82,6 +84,13 @@ conversations = sa.Table(
     # The conversation's current state: a JSON object that changes after
     # creation, each change a `state.changed` event; `{}` until the first.
     sa.Column("state", sa.Text, nullable=False, server_default="{}"),
+    # The erasure subject whose data key seals the conversation's messages and
+    # metadata (`chatledger_subject_keys`); NULL for a conversation stored in
+    # the clear. Set at creation, never changed (docs/erasure.md).
+    sa.Column("subject", sa.String(200), nullable=True),
+    # When `ledger.erase` destroyed the subject's key: the conversation reads
+    # as erased markers from then on and takes no more writes.
+    sa.Column("erased_at", Timestamp, nullable=True),
     # Keyset pagination of a tenant's conversations, newest first (ids are UUIDv7).
     sa.Index("ix_chatledger_conversations_tenant_id", "tenant", "id"),
     # "Which conversations were forked from this one" (audit, lineage).
@@ -240,6 +249,36 @@ conversation_keys = sa.Table(
     sa.Column("tenant", sa.String(200), primary_key=True),
     sa.Column("key", sa.String(512), primary_key=True),
     sa.Column("conversation_id", Id, nullable=False),
+)
+
+subject_keys = sa.Table(
+    "chatledger_subject_keys",
+    metadata,
+    # One data key per erasure subject of a tenant, wrapped by the store's
+    # key-encryption key (store._crypto). Erasure deletes the row: what the
+    # key sealed can never be read again. A lookup table by design: a subject
+    # spans conversations (docs/adr/0025-crypto-shredding.md).
+    sa.Column("key_id", Id, primary_key=True),
+    sa.Column("tenant", sa.String(200), nullable=False),
+    sa.Column("subject", sa.String(200), nullable=False),
+    # Which key-encryption key wrapped it (`KeyEncryptionKey.id`).
+    sa.Column("kek_id", sa.String(200), nullable=False),
+    sa.Column("wrapped", sa.LargeBinary, nullable=False),
+    sa.Column("created_at", Timestamp, nullable=False),
+    sa.UniqueConstraint("tenant", "subject"),
+)
+
+retention_policies = sa.Table(
+    "chatledger_retention_policies",
+    metadata,
+    # A tenant's retention policy (`chatledger retention`): conversations idle
+    # for `idle_days` are erased, or exported and then erased.
+    sa.Column("tenant", sa.String(200), primary_key=True),
+    sa.Column("idle_days", sa.Integer, nullable=False),
+    sa.Column("action", sa.String(16), nullable=False),
+    sa.Column("updated_at", Timestamp, nullable=False),
+    sa.CheckConstraint("action IN ('erase', 'export-erase')", name="action"),
+    sa.CheckConstraint("idle_days > 0", name="idle_days"),
 )
 
 view_entries = sa.Table(

@@ -149,7 +149,12 @@ def test_conversation_keys_move_to_their_lookup_table_and_back(written_at_0002: 
     with Store.open(written_at_0002) as store:
         store.migrate()
         store.check_schema()
-        assert {table: rows(store.engine, table) for table in TABLES} == before
+        after = {table: rows(store.engine, table) for table in TABLES}
+        # Every column the rows had is as it was (later revisions add columns).
+        assert {
+            table: in_order(table, [{k: r[k] for k in before[table][0]} for r in after[table]])
+            for table in TABLES
+        } == before
         with store.engine.connect() as conn:
             moved = conn.execute(
                 sa.text("SELECT tenant, key, conversation_id FROM chatledger_conversation_keys")

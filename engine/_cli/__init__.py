@@ -160,6 +160,27 @@ def _parser() -> argparse.ArgumentParser:
     command("rebuild", "_commands:rebuild", "recompute every view from the events", common)
 
     p = command(
+        "erase",
+        "_erasure:erase",
+        "erase a subject: destroy the data key of its sealed conversations",
+        common,
+        tenant,
+        output,
+    )
+    p.description = (
+        "Erase an erasure subject (a sealed conversation's subject is its own id unless it "
+        "was created with one): its data key is destroyed in one transaction, each of its "
+        "conversations gets a `conversation.erased` event, and from then on every read shows "
+        "an erased marker instead of their content. The log and its hashes stay whole: "
+        "`chatledger verify` passes. Needs the store's key-encryption key (CHATLEDGER_KEK) "
+        "only to have sealed them; erasing needs none. See docs/erasure.md."
+    )
+    p.add_argument("subject", help="the erasure subject (a conversation id by default)")
+    p.add_argument("--reason", required=True, help="why (recorded in the log; no content)")
+
+    _add_retention(sub, common, tenant, output)
+
+    p = command(
         "tail",
         "_tail:tail",
         "print the tenant's events in commit order, and with --follow as they commit",
@@ -254,6 +275,44 @@ def _parser() -> argparse.ArgumentParser:
 
     _add_audit(sub, common, tenant, output)
     return parser
+
+
+def _add_retention(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+    common: argparse.ArgumentParser,
+    tenant: argparse.ArgumentParser,
+    output: argparse.ArgumentParser,
+) -> None:
+    """`retention` and its actions (run by `engine._cli._retention`)."""
+    retention = subparsers.add_parser(
+        "retention",
+        help="retention policies, and the pass a scheduler runs",
+        description="A tenant's retention policy erases (or exports, then erases) the "
+        "erasure subjects whose conversations have all been idle for its number of days. "
+        "`retention run` applies it: call it from a scheduler. See docs/erasure.md.",
+    )
+    sub = retention.add_subparsers(dest="retention_command", metavar="ACTION", required=True)
+    p = sub.add_parser("set", parents=[common, tenant], help="set the tenant's policy")
+    p.set_defaults(handler="_retention:set_policy")
+    p.add_argument("--idle-days", type=_count(1, 365_000), required=True, metavar="N")
+    p.add_argument("--action", choices=["erase", "export-erase"], required=True)
+    p = sub.add_parser("show", parents=[common, tenant, output], help="show the tenant's policy")
+    p.set_defaults(handler="_retention:show")
+    p = sub.add_parser("clear", parents=[common, tenant], help="remove the tenant's policy")
+    p.set_defaults(handler="_retention:clear")
+    p = sub.add_parser(
+        "run",
+        parents=[common, output],
+        help="apply the policies: erase (or export, then erase) what is due",
+        description="Apply the retention policy of --tenant, or of every tenant that has "
+        "one. Each due subject is exported first under --export-dir/<tenant>/ (for "
+        "export-erase) and then erased. A pass killed halfway finishes when run again. "
+        "Exit 1 when a subject failed (the others are done).",
+    )
+    p.set_defaults(handler="_retention:run")
+    p.add_argument("--tenant", help="only this tenant (default: every tenant with a policy)")
+    p.add_argument("--export-dir", help="where export-erase writes its exports")
+    p.add_argument("--dry-run", action="store_true", help="say what is due; change nothing")
 
 
 def _add_audit(

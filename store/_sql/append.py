@@ -39,6 +39,7 @@ from sqlalchemy.engine import Connection
 
 from store import _checks
 from store._checks import MAX_INT32, check_int, check_text
+from store._crypto import PLAIN, Seal
 from store._errors import ConflictError, InvalidInputError, NotFoundError
 from store._sql import chain as _chain
 from store._sql import entries as _entries
@@ -81,13 +82,16 @@ __all__ = [
 
 _APPEND = """
 WITH RECURSIVE c AS (
-    SELECT id, head_branch_id, head_position, head_open, head_hash, state
+    SELECT id, head_branch_id, head_position, head_open, head_hash, state, subject, erased_at
     FROM chatledger_conversations
     WHERE id = %(cid)s AND tenant = %(tenant)s
     FOR UPDATE
 ), ok AS (
     SELECT id, head_branch_id, head_position, head_hash FROM c
     WHERE head_open
+      -- Sealed content only into a sealed conversation, and nothing into an
+      -- erased one: otherwise the general path says what is wrong.
+      AND erased_at IS NULL AND (subject IS NOT NULL) = %(sealed)s
       AND (%(expected)s::int IS NULL OR head_position = %(expected)s::int)
       AND (%(expected_branch)s::uuid IS NULL OR head_branch_id = %(expected_branch)s::uuid)
       AND (%(key)s::text IS NULL OR NOT EXISTS (
@@ -170,7 +174,8 @@ _RACED = frozenset({"pk_chatledger_event_ids", "ix_chatledger_events_idempotency
 """Unique keys a concurrent append can take between the fast statement's check and insert."""
 
 _SQLITE_HEAD = (
-    "SELECT head_branch_id, head_position, head_open, head_hash, state "
+    "SELECT head_branch_id, head_position, head_open, head_hash, state, "
+    "subject IS NOT NULL, erased_at IS NULL "
     "FROM chatledger_conversations WHERE id = ? AND tenant = ?"
 )
 _SQLITE_NAMED = "INSERT INTO chatledger_event_ids (id, conversation_id, event_seq) VALUES {values}"
@@ -207,6 +212,7 @@ def append_postgres(
     state: str | None = None,
     expected_state: Mapping[str, Any] | None = None,
     expected_branch: str | None = None,
+    sealed: bool = False,
 ) -> InPlace | None:
     """Append in place as one statement on an autocommit DB-API cursor, or
     return None having written nothing.
@@ -238,6 +244,7 @@ def append_postgres(
                 "payloads": [text for _, text in encoded],
                 "run_id": run_id,
                 "count": len(encoded),
+                "sealed": sealed,
             },
         )
     except UniqueViolation as error:
@@ -275,6 +282,7 @@ class Append(Protocol):
         state: str | None = None,
         expected_state: Mapping[str, Any] | None = None,
         expected_branch: str | None = None,
+        sealed: bool = False,
     ) -> InPlace | None: ...
 
 
@@ -318,6 +326,7 @@ def append_sqlite(
     state: str | None = None,
     expected_state: Mapping[str, Any] | None = None,
     expected_branch: str | None = None,
+    sealed: bool = False,
 ) -> InPlace | None:
     """Append in place through a DB-API cursor inside the caller's `BEGIN IMMEDIATE`.
 
@@ -327,7 +336,7 @@ def append_sqlite(
     """
     cursor.execute(_SQLITE_HEAD, (conversation_id, tenant))
     head = cursor.fetchone()
-    if head is None or not head[2]:
+    if head is None or not head[2] or bool(head[5]) != sealed or not head[6]:
         return None
     branch_id, start, previous = head[0], head[1], bytes(head[3])
     if expected is not None and start != expected:
@@ -753,6 +762,7 @@ def append_messages(
     ids: Sequence[str] | None = None,
     state: str | None = None,
     expected_state: Mapping[str, Any] | None = None,
+    seal: Seal = PLAIN,
 ) -> Appended:
     """Append one turn at the head and move the head past it, atomically.
 
@@ -770,7 +780,7 @@ def append_messages(
     if not encoded:
         raise InvalidInputError("append_messages needs at least one message.")
     check_append_options(expected, run_id, idempotency_key)
-    created = _create_first(conn, tenant, conversation_id, metadata) if create else None
+    created = _create_first(conn, tenant, conversation_id, metadata, seal) if create else None
     conv = get_conversation(conn, tenant, conversation_id, lock=True)
     if idempotency_key is not None:
         again = replayed(conn, conv, idempotency_key, encoded, run_id, ids)
@@ -839,7 +849,11 @@ def check_expected(conv: Conversation, expected: int | Position | None) -> None:
 
 
 def _create_first(
-    conn: Connection, tenant: str, conversation_id: str, metadata: dict[str, Any] | None
+    conn: Connection,
+    tenant: str,
+    conversation_id: str,
+    metadata: dict[str, Any] | None,
+    seal: Seal = PLAIN,
 ) -> Event | None:
     """Create the conversation unless the tenant has it; its `conversation.created` event.
 
@@ -852,7 +866,7 @@ def _create_first(
     try:
         with conn.begin_nested():
             _, created = create_conversation_event(
-                conn, tenant, metadata, conversation_id=conversation_id, head=False
+                conn, tenant, metadata, conversation_id=conversation_id, head=False, seal=seal
             )
     except ConflictError:
         if _exists(conn, tenant, conversation_id):

@@ -53,14 +53,16 @@ from store._values import (
     ToolStatus,
 )
 from store.history import HistoryProcessor, instructions_digest, model_view
-from store.messages import load_messages
+from store.messages import Message, load_messages
 from store.schema import branches, conversations, events, runs
 
 __all__ = [
     "Filter",
+    "RequestParts",
     "lineage",
     "list_events",
     "model_request",
+    "recorded_request",
     "run_timeline",
     "stage_of",
     "tool_executions",
@@ -95,7 +97,7 @@ def stage_of(kind: EventKind) -> Stage:
     if kind not in _KINDS:
         return "other"  # recorded by a newer version, or by a custom loop through record()
     match kind:
-        case "conversation.created" | "head.moved" | "state.changed":
+        case "conversation.created" | "head.moved" | "state.changed" | "conversation.erased":
             return "conversation"
         case "branch.created" | "run.started" | "run.completed" | "run.failed" | "run.canceled":
             return "run"
@@ -156,6 +158,24 @@ def run_timeline(
     return read_page(conn, query, events, after=after, limit=limit, build=entry)
 
 
+@dataclass(frozen=True)
+class RequestParts:
+    """What the log holds of a model request: `recorded_request` rebuilds it.
+
+    Two steps, so that the messages are opened (when sealed) between them:
+    the history processor and the engine's view must see what the run saw.
+    """
+
+    run_id: str
+    conversation_id: str
+    request: int
+    digest: str
+    model: str | None
+    recorded_at: datetime
+    replayed: list[Message]
+    turns: list[Message]
+
+
 def model_request(
     conn: Connection,
     tenant: str,
@@ -163,10 +183,8 @@ def model_request(
     number: int,
     *,
     instructions: str,
-    context: str,
-    history_processor: HistoryProcessor | None,
-) -> RecordedRequest:
-    """Rebuild model request `number` of the run (see `RecordedRequest`)."""
+) -> RequestParts:
+    """The recorded parts of model request `number` of the run (see `RequestParts`)."""
     run = _runs.get_run(conn, tenant, run_id)
     rows = conn.execute(
         sa.select(events)
@@ -189,22 +207,40 @@ def model_request(
     # history at the base and the prompt), then the turns the run recorded
     # between its first request and this one.
     segments = projector.lineage(conn, Position(wanted.branch_id, wanted.position))
-    replayed = load_messages(projector.message_payloads(conn, _clip(segments, 1, first - 1)))
-    turns = load_messages(
-        projector.message_payloads(conn, _clip(segments, first + 1, wanted.position - 1))
-    )
-    # The engine's own rule, so the rebuild fails where the run failed.
-    view = model_view(
-        replayed, instructions=instructions, context=context, processor=history_processor
-    )
-    return RecordedRequest(
+    return RequestParts(
         run_id=run.id,
         conversation_id=run.conversation_id,
         request=number,
         digest=str(wanted.payload.get("digest")),
         model=started.payload.get("model"),
         recorded_at=wanted.recorded_at,
-        messages=view.messages(turns),
+        replayed=load_messages(projector.message_payloads(conn, _clip(segments, 1, first - 1))),
+        turns=load_messages(
+            projector.message_payloads(conn, _clip(segments, first + 1, wanted.position - 1))
+        ),
+    )
+
+
+def recorded_request(
+    parts: RequestParts,
+    *,
+    instructions: str,
+    context: str,
+    history_processor: HistoryProcessor | None,
+) -> RecordedRequest:
+    """Model request `parts` as the engine built it (see `RecordedRequest`)."""
+    # The engine's own rule, so the rebuild fails where the run failed.
+    view = model_view(
+        parts.replayed, instructions=instructions, context=context, processor=history_processor
+    )
+    return RecordedRequest(
+        run_id=parts.run_id,
+        conversation_id=parts.conversation_id,
+        request=parts.request,
+        digest=parts.digest,
+        model=parts.model,
+        recorded_at=parts.recorded_at,
+        messages=view.messages(parts.turns),
         repair=view.repair,
     )
 

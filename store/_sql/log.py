@@ -21,8 +21,10 @@ from sqlalchemy.engine import Connection, Row
 
 from store import _checks
 from store._checks import MAX_INT32, MAX_INT64, check_choice, check_int, check_limit, json_text
+from store._crypto import PLAIN, Seal
 from store._errors import ConflictError, InvalidInputError, NotFoundError
 from store._sql import chain as _chain
+from store._sql import keys as _keys
 from store._sql import projector
 from store._sql.dialect import db_now, for_update
 from store._sql.translate import unique_violation
@@ -150,6 +152,8 @@ def conversation_of(m: Mapping[Any, Any]) -> Conversation:
         forked_from=forked,
         key=m["key"],
         state=json.loads(m["state"]),
+        subject=m["subject"],
+        erased_at=None if m["erased_at"] is None else utc(m["erased_at"]),
     )
 
 
@@ -212,6 +216,7 @@ def create_conversation(
     conversation_id: str | None = None,
     fork_point: ForkPoint | None = None,
     key: str | None = None,
+    seal: Seal = PLAIN,
 ) -> Conversation:
     """A new conversation whose root branch starts with `conversation.created`.
 
@@ -220,7 +225,13 @@ def create_conversation(
     already uses.
     """
     conv, _ = create_conversation_event(
-        conn, tenant, metadata, conversation_id=conversation_id, fork_point=fork_point, key=key
+        conn,
+        tenant,
+        metadata,
+        conversation_id=conversation_id,
+        fork_point=fork_point,
+        key=key,
+        seal=seal,
     )
     return conv
 
@@ -234,11 +245,15 @@ def create_conversation_event(
     fork_point: ForkPoint | None = None,
     head: bool = True,
     key: str | None = None,
+    seal: Seal = PLAIN,
 ) -> tuple[Conversation, Event]:
     """`create_conversation`, also returning its `conversation.created` event.
 
     `head=False` when the same transaction goes on to append (a conversation
     created by its first append): the head this commit leaves is not there.
+    With a `seal` that has a key, the metadata and the `conversation.created`
+    payload are sealed and the conversation belongs to the seal's subject
+    (whose new key, if minted for it, is written here).
     """
     conversation_id = _checks.check_new_id(conversation_id, "conversation") or new_id()
     meta_text = check_metadata(metadata)
@@ -266,12 +281,24 @@ def create_conversation_event(
     )
     payload = _created_payload(tenant, metadata, fork_point)
     position = parent_position + 1
+    if seal.new_key is not None:
+        new = seal.new_key
+        _keys.insert_key(
+            conn,
+            key_id=new.key_id,
+            tenant=new.tenant,
+            subject=new.subject,
+            kek_id=new.kek_id,
+            wrapped=new.wrapped,
+        )
     (created,) = insert_events(
         conn,
         conversation_id,
         branch_id,
         position,
-        [(NewEvent("conversation.created", payload, origin="client"), canonical_json(payload))],
+        seal.events(
+            [(NewEvent("conversation.created", payload, origin="client"), canonical_json(payload))]
+        ),
         head=head,
     )
     try:
@@ -282,9 +309,10 @@ def create_conversation_event(
             branch_id,
             position,
             created.hash,
-            meta_text,
+            seal.metadata(meta_text),
             fork_point,
             key,
+            seal.subject if seal.sealed else None,
         )
     except sa.exc.IntegrityError as error:
         # Another transaction took the id (or the key) between the checks above
@@ -314,10 +342,12 @@ def _insert_conversation(
     meta_text: str,
     fork_point: ForkPoint | None,
     key: str | None,
+    subject: str | None = None,
 ) -> None:
     conn.execute(
         conversations.insert().values(
             key=key,
+            subject=subject,
             id=conversation_id,
             tenant=tenant,
             head_branch_id=branch_id,
@@ -432,6 +462,8 @@ def _conversation_from_cursor(cursor: Any, *, parse_time: bool) -> Conversation 
     m["head_hash"] = bytes(m["head_hash"])
     if parse_time:  # SQLite holds the text `sqlite_time` writes
         m["created_at"] = datetime.fromisoformat(m["created_at"])
+        if m["erased_at"] is not None:
+            m["erased_at"] = datetime.fromisoformat(m["erased_at"])
     return conversation_of(m)
 
 
@@ -479,6 +511,8 @@ def fork(
     metadata: dict[str, Any] | None,
     *,
     key: str | None = None,
+    fork_id: str | None = None,
+    seal: Seal = PLAIN,
 ) -> Conversation:
     """A new conversation continuing `conversation_id` at `at`; nothing is copied."""
     source = get_conversation(conn, tenant, conversation_id)
@@ -487,8 +521,10 @@ def fork(
         conn,
         tenant,
         metadata,
+        conversation_id=fork_id,
         fork_point=ForkPoint(source.id, point.branch_id, point.position),
         key=key,
+        seal=seal,
     )
 
 
@@ -639,6 +675,7 @@ def insert_events(
     """
     if not encoded:
         return []
+    _keys.check_writable(conn, conversation_id, encoded)
     rows: list[dict[str, Any]] = [
         {
             "id": ids[i] if ids is not None else new_id(),

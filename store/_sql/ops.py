@@ -22,7 +22,15 @@ from sqlalchemy.engine import Connection, Engine
 
 from store._sql.dialect import WRITE, is_sqlite, on_cursor
 
-__all__ = ["AsyncExecutor", "Executor", "Op", "general", "in_transaction", "run_fast"]
+__all__ = [
+    "AsyncExecutor",
+    "Executor",
+    "Op",
+    "Sealing",
+    "general",
+    "in_transaction",
+    "run_fast",
+]
 
 T = TypeVar("T")
 
@@ -59,8 +67,27 @@ class Op(Generic[T]):
     default, for every write and for every read that must see what its
     caller just wrote; a write is never `replica`."""
 
+    sealing: Sealing[T] | None = None
+    """For a write that stores content: how to build it again once the key its
+    content seals under is known (`store._sealing`). The op itself is built
+    in the clear; a store with a key-encryption key runs the rebuilt one."""
+
     def __post_init__(self) -> None:
         assert not (self.write and self.replica), "a write runs on the primary"
+
+
+@dataclass(frozen=True)
+class Sealing(Generic[T]):
+    """What a write seals under: the conversation it writes to (and, when it may
+    create it, the subject and fork source that decide a new one's key)."""
+
+    tenant: str
+    conversation_id: str
+    build: Callable[[Any], Op[T]]
+    """The op, given a `store._crypto.Seal`."""
+    create: bool = False
+    subject: str | None = None
+    source: str | None = None
 
 
 class Executor(Protocol):

@@ -1,0 +1,432 @@
+"""Sealing: messages and metadata encrypted under a data key per erasure subject.
+
+A store opened with a key-encryption key (`Store.open(kek=...)`, or the
+environment's `CHATLEDGER_KEK`) seals what people wrote: the payload of each
+`message.recorded` event, the metadata in `conversation.created` and the
+conversation row's metadata column. Each conversation belongs to an erasure
+subject (its own id unless one is given at creation; a fork inherits its
+source's), each subject has one random 256-bit data key, and the key is
+stored wrapped by the key-encryption key in `chatledger_subject_keys`.
+`ledger.erase(subject)` deletes that row: what the key sealed can never be
+opened again, while every event row, and so the hash chain, stays as it was
+(docs/erasure.md, docs/adr/0025-crypto-shredding.md).
+
+A sealed payload is JSON text that begins `{"sealed":{` and keeps in the
+clear only what the structure of a history needs (a message's role, its tool
+call ids and names, the tool a result answers, `failed`), so that repair,
+audit queries by tool name and a reader without keys all see a well-formed
+history; the content, arguments and parts are in the AES-GCM ciphertext,
+whose associated data is the key id. The hash chain covers the sealed text.
+
+Opening happens once per result, after the operation: `sealed_key_ids`
+finds what a result holds sealed, the store reads those keys' rows (a key
+that was erased is simply absent, in whatever process erased it), and
+`opened` rebuilds the result with the plaintext, or with an erased marker
+where the key is gone.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import hashlib
+import json
+import os
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+from store._errors import EncryptionError, InvalidInputError
+from store._values import Conversation, Event, NewEvent
+from store.messages import Message
+
+__all__ = [
+    "ERASED_CONTENT",
+    "PLAIN",
+    "SEALED_PREFIX",
+    "DataKey",
+    "KeyEncryptionKey",
+    "LocalKek",
+    "NewKey",
+    "Seal",
+    "Sealer",
+    "is_sealed",
+    "kek_from_env",
+    "opened",
+    "sealed_key_ids",
+    "sealer_for",
+]
+
+T = TypeVar("T")
+
+SEALED_PREFIX = '{"sealed":{'
+"""How every sealed payload or metadata text begins (and no clear one can)."""
+
+ERASED_CONTENT = "[erased]"
+"""The content of an erased message, which also carries `"erased": true`."""
+
+ENV_VAR = "CHATLEDGER_KEK"
+
+_MESSAGE_CLEAR = ("role", "toolCallId", "toolName", "failed", "runId", "conversationId")
+_CREATED_CLEAR = ("tenant", "forkedFrom")
+_WRAP_AAD = b"chatledger data key v1"
+
+
+def _aesgcm() -> Any:
+    """cryptography's AES-GCM, from the `encryption` extra."""
+    try:
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    except ImportError as exc:  # pragma: no cover - the test extra installs it
+        raise EncryptionError(
+            "Sealing needs the `cryptography` package: pip install 'chatledger[encryption]'."
+        ) from exc
+    return AESGCM
+
+
+def is_sealed(text: str) -> bool:
+    """Whether stored JSON text is sealed."""
+    return text.startswith(SEALED_PREFIX)
+
+
+@runtime_checkable
+class KeyEncryptionKey(Protocol):
+    """What wraps and unwraps data keys: a local key, or a KMS behind two calls.
+
+    `id` names the key (stored beside each key it wrapped, for rotation);
+    `wrap` and `unwrap` must be inverse and must fail on a wrapped key they
+    did not produce.
+    """
+
+    @property
+    def id(self) -> str: ...
+
+    def wrap(self, data_key: bytes) -> bytes: ...
+
+    def unwrap(self, wrapped: bytes) -> bytes: ...
+
+
+class LocalKek:
+    """A key-encryption key held in configuration: AES-256-GCM key wrapping."""
+
+    def __init__(self, key: bytes, *, id: str | None = None) -> None:
+        if not isinstance(key, bytes) or len(key) != 32:
+            raise InvalidInputError(
+                "A key-encryption key is 32 random bytes (AES-256); generate one with "
+                "`python -c 'import os, base64; print(base64.b64encode(os.urandom(32)).decode())'`."
+            )
+        self._aead = _aesgcm()(key)
+        self._id = id or "local:" + hashlib.sha256(b"chatledger kek id" + key).hexdigest()[:16]
+
+    @property
+    def id(self) -> str:
+        return self._id
+
+    def wrap(self, data_key: bytes) -> bytes:
+        nonce = os.urandom(12)
+        sealed: bytes = self._aead.encrypt(nonce, data_key, _WRAP_AAD)
+        return nonce + sealed
+
+    def unwrap(self, wrapped: bytes) -> bytes:
+        from cryptography.exceptions import InvalidTag
+
+        try:
+            key: bytes = self._aead.decrypt(wrapped[:12], wrapped[12:], _WRAP_AAD)
+        except (InvalidTag, ValueError) as exc:
+            raise EncryptionError(
+                f"A data key cannot be unwrapped with key-encryption key '{self._id}': it was "
+                f"wrapped by another. Open the store with the key that wrapped it."
+            ) from exc
+        return key
+
+    @classmethod
+    def from_text(cls, text: str, *, what: str = ENV_VAR) -> LocalKek:
+        """A key from its base64 (standard or URL-safe) or hex spelling."""
+        value = text.strip()
+        decoders: tuple[Callable[[str], bytes], ...] = (
+            bytes.fromhex,
+            lambda v: base64.b64decode(v, validate=True),
+            base64.urlsafe_b64decode,
+        )
+        for decode in decoders:
+            try:
+                key = decode(value)
+            except (ValueError, binascii.Error):
+                continue
+            if len(key) == 32:
+                return cls(key)
+        raise InvalidInputError(
+            f"{what} is not a 32-byte key in base64 or hex. Generate one with "
+            f"`python -c 'import os, base64; print(base64.b64encode(os.urandom(32)).decode())'`."
+        )
+
+
+def kek_from_env() -> LocalKek | None:
+    """The key-encryption key in `CHATLEDGER_KEK`, if set."""
+    text = os.environ.get(ENV_VAR)
+    return LocalKek.from_text(text) if text else None
+
+
+@dataclass(frozen=True)
+class DataKey:
+    """An unwrapped data key, ready to seal and open."""
+
+    key_id: str
+    aead: Any  # cryptography's AESGCM
+
+    def seal(self, plaintext: str, clear: Mapping[str, Any]) -> str:
+        nonce = os.urandom(12)
+        data = self.aead.encrypt(nonce, plaintext.encode("utf-8"), self.key_id.encode())
+        envelope = {
+            "sealed": {"key": self.key_id, "nonce": _b64(nonce), "data": _b64(data)},
+            **clear,
+        }
+        return json.dumps(envelope, separators=(",", ":"), ensure_ascii=False)
+
+    def open(self, sealed: Mapping[str, Any]) -> str:
+        from cryptography.exceptions import InvalidTag
+
+        try:
+            plain: bytes = self.aead.decrypt(
+                base64.b64decode(sealed["nonce"]),
+                base64.b64decode(sealed["data"]),
+                self.key_id.encode(),
+            )
+        except (InvalidTag, KeyError, ValueError, binascii.Error) as exc:
+            raise EncryptionError(
+                f"Sealed content under data key '{self.key_id}' fails authentication: the "
+                f"stored row was altered. Run `chatledger verify` on its conversation."
+            ) from exc
+        return plain.decode("utf-8")
+
+
+@dataclass(frozen=True)
+class NewKey:
+    """A data key minted for a subject that has none: its row, written with the conversation."""
+
+    key_id: str
+    tenant: str
+    subject: str
+    kek_id: str
+    wrapped: bytes
+
+
+@dataclass(frozen=True)
+class Seal:
+    """How one write seals: under `key`, or not at all (`PLAIN`)."""
+
+    key: DataKey | None = None
+    subject: str | None = None
+    new_key: NewKey | None = None
+
+    @property
+    def sealed(self) -> bool:
+        return self.key is not None
+
+    def events(self, encoded: Sequence[tuple[NewEvent, str]]) -> list[tuple[NewEvent, str]]:
+        """`encoded` with the content of each message and creation event sealed."""
+        key = self.key
+        if key is None:
+            return list(encoded)
+        return [(item, _seal_event(key, item.kind, text)) for item, text in encoded]
+
+    def metadata(self, meta_text: str) -> str:
+        """The conversation row's metadata text, sealed."""
+        return meta_text if self.key is None else self.key.seal(meta_text, {})
+
+    def root(self, root: tuple[str, str]) -> tuple[str, str]:
+        """A new root conversation's (metadata text, `conversation.created` payload), sealed."""
+        if self.key is None:
+            return root
+        meta_text, payload = root
+        return self.metadata(meta_text), _seal_event(self.key, "conversation.created", payload)
+
+
+PLAIN = Seal()
+
+
+def _seal_event(key: DataKey, kind: str, text: str) -> str:
+    if kind == "message.recorded":
+        value = json.loads(text)
+        clear = {k: value[k] for k in _MESSAGE_CLEAR if k in value}
+        calls = value.get("toolCalls")
+        if calls:
+            clear["toolCalls"] = [
+                {k: call[k] for k in ("id", "name") if k in call} for call in calls
+            ]
+        return key.seal(text, clear)
+    if kind == "conversation.created":
+        value = json.loads(text)
+        return key.seal(text, {k: value[k] for k in _CREATED_CLEAR if k in value})
+    return text
+
+
+class Sealer:
+    """A store's sealing: its key-encryption key and the data keys it has unwrapped.
+
+    Unwrapped keys are cached by their wrapped bytes, so a KMS is asked once
+    per key; whether a key still exists is read from the database on every
+    read that opens something, so an erasure holds in every process at once.
+    The key a conversation's writes seal under is cached by conversation: a
+    write that raced an erasure in another process is refused by the
+    database (the conversation's `erased_at`), never stored readable.
+    """
+
+    def __init__(self, kek: KeyEncryptionKey, *, cache: int = 4096) -> None:
+        if not isinstance(kek, KeyEncryptionKey):
+            raise InvalidInputError(
+                "kek must be 32 bytes or an object with `id`, `wrap(bytes)` and "
+                "`unwrap(bytes)` (a KeyEncryptionKey)."
+            )
+        self.kek = kek
+        self._size = cache
+        self._unwrapped: OrderedDict[bytes, DataKey] = OrderedDict()
+        self._writing: OrderedDict[tuple[str, str], Seal] = OrderedDict()
+
+    def data_key(self, key_id: str, wrapped: bytes) -> DataKey:
+        found = self._unwrapped.get(wrapped)
+        if found is None:
+            found = DataKey(key_id, _aesgcm()(self.kek.unwrap(wrapped)))
+            self._remember(self._unwrapped, wrapped, found)
+        return found
+
+    def mint(self, tenant: str, subject: str, key_id: str) -> Seal:
+        """A new data key for `subject`, to be written with its first conversation."""
+        aesgcm = _aesgcm()
+        secret = aesgcm.generate_key(bit_length=256)
+        wrapped = self.kek.wrap(secret)
+        key = DataKey(key_id, aesgcm(secret))
+        self._remember(self._unwrapped, wrapped, key)
+        return Seal(key, subject, NewKey(key_id, tenant, subject, self.kek.id, wrapped))
+
+    def writing(self, tenant: str, conversation_id: str) -> Seal | None:
+        """The cached seal of a conversation's writes (None: not known yet)."""
+        return self._writing.get((tenant, conversation_id))
+
+    def remember(self, tenant: str, conversation_id: str, seal: Seal) -> None:
+        self._remember(
+            self._writing, (tenant, conversation_id), dataclasses.replace(seal, new_key=None)
+        )
+
+    def forget(self, tenant: str, conversation_id: str) -> None:
+        self._writing.pop((tenant, conversation_id), None)
+
+    def _remember(self, cache: OrderedDict[Any, Any], key: Any, value: Any) -> None:
+        cache[key] = value
+        cache.move_to_end(key)
+        while len(cache) > self._size:
+            cache.popitem(last=False)
+
+
+# -- opening results -------------------------------------------------------------------
+
+
+def _sealed_of_message(m: Message) -> Mapping[str, Any] | None:
+    extra = m.__pydantic_extra__
+    if extra:
+        sealed = extra.get("sealed")
+        if isinstance(sealed, dict):
+            return sealed
+    return None
+
+
+def _sealed_of_metadata(metadata: Any) -> Mapping[str, Any] | None:
+    if isinstance(metadata, dict) and len(metadata) == 1:
+        sealed = metadata.get("sealed")
+        if isinstance(sealed, dict):
+            return sealed
+    return None
+
+
+def _visit(value: Any, found: Callable[[Mapping[str, Any]], None]) -> None:
+    if isinstance(value, Message):
+        sealed = _sealed_of_message(value)
+        if sealed is not None:
+            found(sealed)
+    elif isinstance(value, Event):
+        if is_sealed(value.payload_json):
+            found(json.loads(value.payload_json)["sealed"])
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _visit(item, found)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        if isinstance(value, Conversation):
+            sealed = _sealed_of_metadata(value.metadata)
+            if sealed is not None:
+                found(sealed)
+        for f in dataclasses.fields(value):
+            _visit(getattr(value, f.name), found)
+
+
+def sealed_key_ids(value: Any) -> set[str]:
+    """The data keys a result holds sealed content under (empty: nothing sealed)."""
+    ids: set[str] = set()
+    _visit(value, lambda sealed: ids.add(str(sealed.get("key"))))
+    return ids
+
+
+def opened(value: T, keys: Mapping[str, DataKey | None]) -> T:
+    """`value` with each sealed message, payload and metadata opened under `keys`,
+    or an erased marker where its key is None (destroyed)."""
+    return _open(value, keys)  # type: ignore[no-any-return]
+
+
+def _open(value: Any, keys: Mapping[str, DataKey | None]) -> Any:
+    if isinstance(value, Message):
+        sealed = _sealed_of_message(value)
+        if sealed is None:
+            return value
+        return Message.model_validate_json(_open_text(value.model_dump_json(), keys))
+    if isinstance(value, Event):
+        if not is_sealed(value.payload_json):
+            return value
+        return dataclasses.replace(value, payload_json=_open_text(value.payload_json, keys))
+    if isinstance(value, list):
+        return [_open(item, keys) for item in value]
+    if isinstance(value, tuple):
+        return tuple(_open(item, keys) for item in value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {}
+        for f in dataclasses.fields(value):
+            if not f.init:
+                continue
+            item = getattr(value, f.name)
+            new = _open(item, keys)
+            if new is not item:
+                changes[f.name] = new
+        if isinstance(value, Conversation):
+            sealed = _sealed_of_metadata(value.metadata)
+            if sealed is not None:
+                changes["metadata"] = json.loads(_open_text(json.dumps(value.metadata), keys))
+        return dataclasses.replace(value, **changes) if changes else value
+    return value
+
+
+def _open_text(text: str, keys: Mapping[str, DataKey | None]) -> str:
+    envelope = json.loads(text)
+    sealed = envelope.pop("sealed")
+    key = keys.get(str(sealed.get("key")))
+    if key is not None:
+        return key.open(sealed)
+    if "role" in envelope:
+        envelope = {**envelope, "content": ERASED_CONTENT, "erased": True}
+    elif not envelope:  # a metadata column
+        envelope = {"erased": True}
+    else:
+        envelope = {**envelope, "metadata": {"erased": True}, "erased": True}
+    return json.dumps(envelope, separators=(",", ":"), ensure_ascii=False)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def sealer_for(kek: KeyEncryptionKey | bytes | None) -> Sealer | None:
+    """The sealer of a store opened with `kek` (None: the environment's, if any)."""
+    if kek is None:
+        found = kek_from_env()
+        return None if found is None else Sealer(found)
+    if isinstance(kek, bytes | bytearray):
+        return Sealer(LocalKek(bytes(kek)))
+    return Sealer(kek)

@@ -1,0 +1,160 @@
+"""A retention pass: erase (or export, then erase) what each tenant's policy says is due.
+
+Run by `Store.run_retention` (and `AsyncStore.run_retention`, driving the
+same program of `Op`s) and `chatledger retention run`, which a scheduler
+calls. Each subject is its own unit of work: its conversations are
+exported (each to a file written aside and renamed into place once synced)
+and then the subject is erased in one transaction. A pass killed anywhere
+leaves every subject either untouched, exported and not yet erased, or
+erased; the next pass finds the erased ones no longer due and does the rest
+again (an export overwrites its file whole). A dry run reads the plans and
+writes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import quote
+
+from store._errors import ChatledgerError, InvalidInputError
+from store._sealing import Program
+from store._sql import retention as _retention
+from store._sql.ops import Op
+from store._sql.retention import RetentionPlan, RetentionPolicy
+
+if TYPE_CHECKING:
+    from store._ops import Operations
+
+__all__ = ["RetentionReport", "SubjectOutcome", "export_path", "run_retention"]
+
+
+@dataclass(frozen=True)
+class SubjectOutcome:
+    """What the pass did (or, in a dry run, would do) with one due subject."""
+
+    tenant: str
+    subject: str
+    conversation_ids: list[str]
+    exported: list[str] = field(default_factory=list)
+    """The export files written (`export-erase`), one per conversation."""
+    erased: bool = False
+    error: str | None = None
+    """Why this subject failed; the pass went on with the others."""
+
+
+@dataclass(frozen=True)
+class RetentionReport:
+    """A retention pass: each tenant's plan and what was done with it."""
+
+    dry_run: bool
+    plans: list[RetentionPlan]
+    subjects: list[SubjectOutcome]
+
+    @property
+    def failed(self) -> list[SubjectOutcome]:
+        return [s for s in self.subjects if s.error is not None]
+
+
+def export_path(export_dir: str | os.PathLike[str], tenant: str, conversation_id: str) -> Path:
+    """Where `export-erase` writes a conversation's export: one directory per tenant."""
+    return Path(export_dir) / quote(tenant, safe="") / f"{conversation_id}.jsonl"
+
+
+def run_retention(
+    ops_for: Callable[[str], Operations],
+    *,
+    tenant: str | None,
+    export_dir: str | os.PathLike[str] | None,
+    dry_run: bool,
+    now: datetime | None,
+) -> Program[RetentionReport]:
+    """Apply the retention policy of `tenant` (default: every tenant that has one),
+    as a program of `Op`s (`store._sealing`) that each face drives."""
+    if now is not None and not isinstance(now, datetime):
+        raise InvalidInputError(f"now must be a datetime, not {type(now).__name__}.")
+    policies: list[RetentionPolicy]
+    if tenant is None:
+        policies = yield Op("reading retention policies", write=False, fn=_retention.list_policies)
+    else:
+        found = yield ops_for(tenant).retention()
+        policies = [] if found is None else [found]
+    needs_dir = [p.tenant for p in policies if p.action == "export-erase"]
+    if needs_dir and export_dir is None:
+        raise InvalidInputError(
+            f"The retention policy of {', '.join(repr(t) for t in needs_dir)} exports "
+            f"conversations before erasing them: pass an export directory (--export-dir)."
+        )
+    plans: list[RetentionPlan] = []
+    for policy in policies:
+        plans.append((yield _plan(policy, now)))
+    outcomes: list[SubjectOutcome] = []
+    for plan in plans:
+        for subject, conversation_ids in plan.due.items():
+            if dry_run:
+                outcomes.append(SubjectOutcome(plan.tenant, subject, conversation_ids))
+                continue
+            ops = ops_for(plan.tenant)
+            outcomes.append((yield from _apply(ops, plan, subject, conversation_ids, export_dir)))
+    return RetentionReport(dry_run, plans, outcomes)
+
+
+def _plan(policy: RetentionPolicy, now: datetime | None) -> Op[RetentionPlan]:
+    return Op(
+        f"planning the retention of tenant '{policy.tenant}'",
+        write=False,
+        fn=lambda c: _retention.plan(c, policy, now),
+    )
+
+
+def _apply(
+    ops: Operations,
+    plan: RetentionPlan,
+    subject: str,
+    conversation_ids: list[str],
+    export_dir: str | os.PathLike[str] | None,
+) -> Program[SubjectOutcome]:
+    exported: list[str] = []
+    try:
+        if plan.policy.action == "export-erase":
+            assert export_dir is not None
+            for conversation_id in conversation_ids:
+                path = export_path(export_dir, plan.tenant, conversation_id)
+                yield from _export(ops, conversation_id, path)
+                exported.append(str(path))
+        yield ops.erase(
+            subject,
+            f"retention: idle for {plan.policy.idle_days} days "
+            f"(nothing since {plan.cutoff.isoformat()})",
+        )
+    except (ChatledgerError, OSError) as error:
+        return SubjectOutcome(
+            plan.tenant, subject, conversation_ids, exported, error=" ".join(str(error).split())
+        )
+    return SubjectOutcome(plan.tenant, subject, conversation_ids, exported, erased=True)
+
+
+def _export(ops: Operations, conversation_id: str, path: Path) -> Program[None]:
+    """Export one conversation to `path`, whole or not at all: written aside, synced,
+    renamed into place, and the directory synced."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, aside = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8", newline="") as out:
+            yield ops.export(out, conversation_id, None)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(aside, path)
+    except BaseException:
+        Path(aside).unlink(missing_ok=True)
+        raise
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)

@@ -1,0 +1,126 @@
+"""Sealing around an operation: the key a write seals under, and opening results.
+
+Both are small programs that yield the `Op`s they need run (a key lookup)
+and return what the caller runs next or gets back; `Store.execute` drives
+them with its own `execute`, `AsyncStore.execute` with `await`, so the two
+faces share every rule (as they share the `Op`s).
+
+- `preparing`: before a write that stores content (`Op.sealing`), the seal
+  of its conversation: cached per conversation, else read from the database
+  (its subject's key; for a new conversation, the subject's existing key or
+  a newly minted one, written by the op itself).
+- `opening`: after any operation, its result with sealed content opened.
+  The keys are read from the database each time (cached unwrapped), so a
+  key erased in another process is gone here at once; a write's own result
+  opens with the key it just sealed under.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Generator
+from typing import Any, TypeVar
+
+from store._crypto import PLAIN, DataKey, Seal, Sealer, opened, sealed_key_ids
+from store._errors import EncryptionError, ErasedError
+from store._sql import keys as _keys
+from store._sql.ops import Op, Sealing
+from store.ids import new_id
+
+__all__ = ["Program", "adrive", "drive", "opening", "preparing"]
+
+T = TypeVar("T")
+U = TypeVar("U")
+
+Program = Generator[Op[Any], Any, T]
+"""Yields the ops it needs run, receives each one's result, returns its own."""
+
+
+def drive(program: Program[T], execute: Callable[[Op[Any]], Any]) -> T:
+    """Run `program`, each op it yields by `execute`; an op's error is raised in the
+    program, where it may be caught."""
+    try:
+        op = next(program)
+        while True:
+            try:
+                done = execute(op)
+            except Exception as error:
+                op = program.throw(error)
+            else:
+                op = program.send(done)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+
+
+async def adrive(program: Program[T], execute: Callable[[Op[Any]], Awaitable[Any]]) -> T:
+    """`drive`, awaiting each op."""
+    try:
+        op = next(program)
+        while True:
+            try:
+                done = await execute(op)
+            except Exception as error:
+                op = program.throw(error)
+            else:
+                op = program.send(done)
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+
+
+def preparing(sealer: Sealer, s: Sealing[T]) -> Program[tuple[Op[T], Seal]]:
+    """The op of `s`, built with the seal its conversation's content takes, and that seal."""
+    seal = yield from _seal_of(sealer, s)
+    return s.build(seal), seal
+
+
+def _seal_of(sealer: Sealer, s: Sealing[T]) -> Program[Seal]:
+    cached = sealer.writing(s.tenant, s.conversation_id)
+    if cached is not None:
+        return cached
+    found: _keys.WriteKey = yield Op(
+        f"finding the data key of conversation '{s.conversation_id}'",
+        write=False,
+        fn=lambda c: _keys.write_key(
+            c, s.tenant, s.conversation_id, source=s.source, subject=s.subject
+        ),
+    )
+    if found.exists:
+        if found.subject is None:
+            seal = PLAIN
+        elif found.erased or found.key_id is None or found.wrapped is None:
+            raise ErasedError(conversation_id=s.conversation_id, subject=found.subject)
+        else:
+            seal = Seal(sealer.data_key(found.key_id, found.wrapped), found.subject)
+        sealer.remember(s.tenant, s.conversation_id, seal)
+        return seal
+    if not s.create:
+        return PLAIN  # the op reports the missing conversation
+    assert found.subject is not None
+    if found.key_id is not None and found.wrapped is not None:
+        return Seal(sealer.data_key(found.key_id, found.wrapped), found.subject)
+    return sealer.mint(s.tenant, found.subject, new_id())
+
+
+def opening(sealer: Sealer | None, value: U, seal: Seal | None = None) -> Program[U]:
+    """`value` with its sealed content opened (erased markers where a key is gone)."""
+    ids = sealed_key_ids(value)
+    if not ids:
+        return value
+    if sealer is None:
+        raise EncryptionError(
+            "This result holds sealed content, and the store has no key-encryption key. "
+            "Open it with the key the content was sealed under (Store.open(kek=...) or the "
+            "CHATLEDGER_KEK environment variable)."
+        )
+    keys: dict[str, DataKey | None] = {}
+    if seal is not None and seal.key is not None and ids == {seal.key.key_id}:
+        keys[seal.key.key_id] = seal.key
+    else:
+        wrapped: dict[str, bytes] = yield Op(
+            "reading data keys",
+            write=False,
+            fn=lambda c: _keys.keys_by_id(c, ids),
+        )
+        for key_id in ids:
+            found = wrapped.get(key_id)
+            keys[key_id] = None if found is None else sealer.data_key(key_id, found)
+    return opened(value, keys)

@@ -1,0 +1,83 @@
+"""`erase`: destroy an erasure subject's data key, in one transaction (docs/erasure.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from store._errors import NotFoundError
+from store._sql import append as _append
+from store._sql.dialect import db_now, for_update
+from store._sql.log import canonical_json
+from store._values import NewEvent
+from store.schema import conversations, subject_keys
+
+__all__ = ["Erasure", "erase"]
+
+
+@dataclass(frozen=True)
+class Erasure:
+    """What `ledger.erase` did: the subject, its key, and the conversations erased."""
+
+    subject: str
+    key_id: str | None
+    conversation_ids: list[str]
+    reason: str
+    already: bool = False
+    """True when the subject had been erased before: nothing was done now."""
+
+
+def erase(conn: Connection, tenant: str, subject: str, reason: str) -> Erasure:
+    """Destroy `subject`'s data key and mark its conversations erased, recording a
+    `conversation.erased` event in each, all in this one transaction."""
+    key = conn.execute(
+        for_update(
+            conn,
+            sa.select(subject_keys.c.key_id).where(
+                subject_keys.c.tenant == tenant, subject_keys.c.subject == subject
+            ),
+        )
+    ).first()
+    ids = [
+        str(r.id)
+        for r in conn.execute(
+            for_update(
+                conn,
+                sa.select(conversations.c.id, conversations.c.erased_at)
+                .where(conversations.c.tenant == tenant, conversations.c.subject == subject)
+                .order_by(conversations.c.id),
+            )
+        ).all()
+        if r.erased_at is None
+    ]
+    if key is None:
+        erased = conn.execute(
+            sa.select(conversations.c.id)
+            .where(conversations.c.tenant == tenant, conversations.c.subject == subject)
+            .order_by(conversations.c.id)
+        ).all()
+        if not erased:
+            raise NotFoundError("erasure subject", subject, tenant)
+        return Erasure(subject, None, [str(r.id) for r in erased], reason, already=True)
+    key_id = str(key.key_id)
+    payload = {"subject": subject, "keyId": key_id, "reason": reason}
+    for conversation_id in ids:
+        _append.append_messages(
+            conn,
+            tenant,
+            conversation_id,
+            [(NewEvent("conversation.erased", payload, origin="client"), canonical_json(payload))],
+            expected=None,
+            run_id=None,
+            idempotency_key=None,
+        )
+    conn.execute(
+        conversations.update()
+        .where(conversations.c.tenant == tenant, conversations.c.subject == subject)
+        .where(conversations.c.erased_at.is_(None))
+        .values(erased_at=db_now(conn))
+    )
+    conn.execute(subject_keys.delete().where(subject_keys.c.key_id == key_id))
+    return Erasure(subject, key_id, ids, reason)

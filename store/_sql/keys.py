@@ -1,0 +1,202 @@
+"""Data keys in the database: finding the one a write seals under, reading the
+ones a result was sealed under, writing a new one, and refusing writes that do
+not fit the conversation's (erasing a subject is `store._sql.erasure`).
+
+The keys themselves are sealed and opened in `store._crypto`; this module
+only reads and writes `chatledger_subject_keys` and the conversations'
+`subject` and `erased_at` (docs/erasure.md).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from store._checks import check_text
+from store._crypto import SEALED_PREFIX
+from store._errors import ConflictError, EncryptionError, ErasedError
+from store._sql.dialect import db_now
+from store._sql.translate import unique_violation
+from store._values import NewEvent
+from store.schema import conversations, subject_keys
+
+__all__ = [
+    "WriteKey",
+    "check_subject",
+    "check_writable",
+    "insert_key",
+    "keys_by_id",
+    "write_key",
+]
+
+
+@dataclass(frozen=True)
+class WriteKey:
+    """What a write to a conversation seals under, as the database says.
+
+    `exists`: the tenant has the conversation. Then `subject` is its subject
+    (None: stored in the clear) and `erased` whether it was erased. When it
+    does not exist, `subject` is the one a new conversation would get and
+    `key_id`/`wrapped` that subject's key, if it has one.
+    """
+
+    exists: bool
+    subject: str | None
+    erased: bool
+    key_id: str | None
+    wrapped: bytes | None
+
+
+def check_subject(subject: str) -> str:
+    """An erasure subject: non-empty text of at most 200 characters."""
+    return check_text(subject, "subject")
+
+
+def write_key(
+    conn: Connection,
+    tenant: str,
+    conversation_id: str,
+    *,
+    source: str | None = None,
+    subject: str | None = None,
+) -> WriteKey:
+    """The key a write to `conversation_id` seals under; for a new conversation the
+    key of `subject`, else of the `source` conversation's subject (a fork), else
+    of the conversation's own id."""
+    found = conn.execute(
+        sa.select(
+            conversations.c.subject,
+            conversations.c.erased_at,
+            subject_keys.c.key_id,
+            subject_keys.c.wrapped,
+        )
+        .select_from(conversations)
+        .outerjoin(
+            subject_keys,
+            sa.and_(
+                subject_keys.c.tenant == conversations.c.tenant,
+                subject_keys.c.subject == conversations.c.subject,
+            ),
+        )
+        .where(conversations.c.id == conversation_id, conversations.c.tenant == tenant)
+    ).first()
+    if found is not None:
+        return WriteKey(
+            True,
+            found.subject,
+            found.erased_at is not None,
+            found.key_id,
+            None if found.wrapped is None else bytes(found.wrapped),
+        )
+    if subject is None and source is not None:
+        parent = conn.execute(
+            sa.select(conversations.c.subject, conversations.c.erased_at).where(
+                conversations.c.id == source, conversations.c.tenant == tenant
+            )
+        ).first()
+        if parent is not None and parent.erased_at is None:
+            subject = parent.subject
+    subject = subject or conversation_id
+    key = conn.execute(
+        sa.select(subject_keys.c.key_id, subject_keys.c.wrapped).where(
+            subject_keys.c.tenant == tenant, subject_keys.c.subject == subject
+        )
+    ).first()
+    if key is None:
+        return WriteKey(False, subject, False, None, None)
+    return WriteKey(False, subject, False, key.key_id, bytes(key.wrapped))
+
+
+def keys_by_id(conn: Connection, key_ids: Iterable[str]) -> dict[str, bytes]:
+    """The wrapped keys that still exist among `key_ids` (an erased one is absent)."""
+    wanted = sorted(set(key_ids))
+    rows = conn.execute(
+        sa.select(subject_keys.c.key_id, subject_keys.c.wrapped).where(
+            subject_keys.c.key_id.in_(wanted)
+        )
+    ).all()
+    return {str(r.key_id): bytes(r.wrapped) for r in rows}
+
+
+def insert_key(
+    conn: Connection, *, key_id: str, tenant: str, subject: str, kek_id: str, wrapped: bytes
+) -> None:
+    """Write a subject's new data key, in the transaction of its first conversation."""
+    try:
+        with conn.begin_nested():
+            conn.execute(
+                subject_keys.insert().values(
+                    key_id=key_id,
+                    tenant=tenant,
+                    subject=subject,
+                    kek_id=kek_id,
+                    wrapped=wrapped,
+                    created_at=db_now(conn),
+                )
+            )
+    except sa.exc.IntegrityError as error:
+        if unique_violation(error, subject_keys, ["tenant", "subject"]):
+            raise ConflictError(
+                f"Another writer created the data key of subject '{subject}' at the same "
+                f"moment; nothing was written. Retry: the retry uses that key.",
+                conversation_id="",
+            ) from error
+        raise
+
+
+def check_writable(
+    conn: Connection, conversation_id: str, encoded: list[tuple[NewEvent, str]] | Any
+) -> None:
+    """Refuse a write to an erased conversation, and content sealed otherwise than the
+    conversation is: in the clear into a sealed one (a store without its
+    key-encryption key), sealed into a clear one, or under another key than its
+    subject's (two writers that created it at once, each with a key of its own).
+    A conversation not written yet (being created) passes."""
+    row = conn.execute(
+        sa.select(conversations.c.subject, conversations.c.erased_at, subject_keys.c.key_id)
+        .select_from(conversations)
+        .outerjoin(
+            subject_keys,
+            sa.and_(
+                subject_keys.c.tenant == conversations.c.tenant,
+                subject_keys.c.subject == conversations.c.subject,
+            ),
+        )
+        .where(conversations.c.id == conversation_id)
+    ).first()
+    if row is None:
+        return
+    if row.erased_at is not None:
+        raise ErasedError(conversation_id=conversation_id, subject=row.subject)
+    sealed = row.subject is not None
+    for item, text in encoded:
+        if item.kind != "message.recorded":
+            continue
+        if text.startswith(SEALED_PREFIX) != sealed:
+            raise EncryptionError(
+                f"Conversation '{conversation_id}' is "
+                + (
+                    "sealed: open the store with its key-encryption key (Store.open(kek=...) "
+                    "or CHATLEDGER_KEK) to write to it. Nothing was written."
+                    if sealed
+                    else "stored in the clear, but this write was sealed; nothing was written. "
+                    "Retry: the store has re-read the conversation."
+                )
+            )
+        if sealed and _key_of(text) != str(row.key_id):
+            raise ConflictError(
+                f"Conversation '{conversation_id}' was created at the same moment by another "
+                f"writer, under a data key of its own; nothing was written. Retry: the retry "
+                f"seals under the conversation's key.",
+                conversation_id=conversation_id,
+            )
+
+
+def _key_of(sealed: str) -> str:
+    """The key id of a sealed text (`{"sealed":{"key":"<36>",...`)."""
+    return str(json.loads(sealed)["sealed"]["key"])

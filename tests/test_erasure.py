@@ -1,0 +1,383 @@
+"""Crypto-shredding: sealed content, `ledger.erase`, and what erasure guarantees.
+
+Conformance tests, on both backends and both paths: a store opened with a
+key-encryption key seals what people wrote, reads it back exactly, and after
+`erase` shows erased markers everywhere while the log still verifies and
+still finds tampering. docs/erasure.md is the contract these hold.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+import sqlalchemy as sa
+
+from store import (
+    EncryptionError,
+    ErasedError,
+    InvalidInputError,
+    Ledger,
+    LocalKek,
+    Message,
+    NewEvent,
+    NotFoundError,
+    Store,
+    ToolCall,
+)
+from store._crypto import ERASED_CONTENT, SEALED_PREFIX
+
+KEK = bytes(range(32))
+
+
+def _turn(marker: str) -> list[Message]:
+    """A user prompt, a tool call, its result and an answer, each holding `marker`."""
+    call = f"call-{uuid.uuid4().hex[:8]}"
+    return [
+        Message(role="user", content=f"user says {marker}"),
+        Message(
+            role="assistant",
+            tool_calls=[ToolCall(id=call, name="lookup", arguments={"q": marker})],
+        ),
+        Message(role="tool", tool_call_id=call, tool_name="lookup", content=f"found {marker}"),
+        Message(role="assistant", content=f"answer {marker}"),
+    ]
+
+
+@pytest.fixture
+def sealed_store(database_url: str, fast_paths: bool) -> Iterator[Store]:
+    with Store.open(database_url, fast_paths=fast_paths, kek=KEK) as opened:
+        yield opened
+
+
+@pytest.fixture
+def sealed(sealed_store: Store) -> Ledger:
+    return sealed_store.tenant(f"tenant-{uuid.uuid4().hex[:8]}")
+
+
+def _stored_payloads(store: Store, conversation_id: str) -> list[tuple[str, str]]:
+    with store.engine.connect() as conn:
+        rows = conn.execute(
+            sa.text(
+                "SELECT kind, payload FROM chatledger_events WHERE conversation_id = :c ORDER BY seq"
+            ),
+            {"c": conversation_id},
+        ).all()
+    return [(str(k), str(p)) for k, p in rows]
+
+
+def _stored_metadata(store: Store, conversation_id: str) -> str:
+    with store.engine.connect() as conn:
+        return str(
+            conn.execute(
+                sa.text("SELECT metadata FROM chatledger_conversations WHERE id = :c"),
+                {"c": conversation_id},
+            ).scalar_one()
+        )
+
+
+# -- sealing ---------------------------------------------------------------------------
+
+
+def test_sealed_content_reads_back_exactly_and_is_stored_only_as_ciphertext(
+    sealed_store: Store, sealed: Ledger
+) -> None:
+    marker = f"m-{uuid.uuid4().hex}"
+    conv = sealed.create_conversation({"user": marker})
+    turn = _turn(marker)
+    sealed.append_messages(conv.id, turn[:1])
+    sealed.append_messages(conv.id, turn[1:])
+
+    assert sealed.history(conv.id) == turn
+    assert sealed.history(conv.id, repaired=False) == turn
+    assert sealed.history(conv.id, at=3, repaired=False) == turn[:2]
+    assert [e.message for e in sealed.entries(conv.id)] == turn
+    assert sealed.conversation(conv.id).metadata == {"user": marker}
+    assert sealed.conversation(conv.id).subject == conv.id
+    messages = [e.message for e in sealed.events(conversation_id=conv.id)[1:]]
+    assert messages == turn
+    created = sealed.events(conversation_id=conv.id)[0]
+    assert created.payload["metadata"] == {"user": marker}
+
+    stored = _stored_payloads(sealed_store, conv.id)
+    assert [k for k, _ in stored] == ["conversation.created", *["message.recorded"] * 4]
+    assert all(p.startswith(SEALED_PREFIX) and marker not in p for _, p in stored)
+    assert _stored_metadata(sealed_store, conv.id).startswith(SEALED_PREFIX)
+    # What stays in the clear is the structure a history needs: roles, call ids, tool names.
+    clear = [json.loads(p) for _, p in stored[1:]]
+    assert [c["role"] for c in clear] == ["user", "assistant", "tool", "assistant"]
+    assert clear[1]["toolCalls"] == [{"id": turn[1].tool_calls[0].id, "name": "lookup"}]
+    assert clear[2]["toolName"] == "lookup"
+
+
+def test_every_way_of_writing_content_seals_it(sealed_store: Store, sealed: Ledger) -> None:
+    marker = f"m-{uuid.uuid4().hex}"
+    cid = str(uuid.uuid4())
+    created = sealed.append_messages(
+        cid, [Message(role="user", content=marker)], create=True, metadata={"m": marker}
+    )
+    assert created.created
+    cursor = sealed.start_run(
+        cid, owner="w", events=[NewEvent.of_message(Message(role="user", content=marker))]
+    )
+    _, cursor = sealed.record(
+        cursor, [NewEvent.of_message(Message(role="assistant", content=marker))]
+    )
+    sealed.complete_run(cursor)
+    fork = sealed.fork(cid, metadata={"m": marker})
+    sealed.append_messages(fork.id, [Message(role="user", content=marker)])
+    sealed.append_messages(
+        cid, [Message(role="user", content=marker)], after=1, ids=[str(uuid.uuid4())]
+    )
+
+    for conversation_id in (cid, fork.id):
+        for kind, payload in _stored_payloads(sealed_store, conversation_id):
+            assert marker not in payload, kind
+        assert marker not in _stored_metadata(sealed_store, conversation_id)
+    assert sealed.conversation(fork.id).subject == cid  # a fork is its source's subject
+    assert [m.content for m in sealed.history(fork.id)] == [marker] * 4
+
+
+def test_a_store_without_the_key_cannot_read_or_write_sealed_content(
+    database_url: str, sealed: Ledger
+) -> None:
+    conv = sealed.create_conversation()
+    sealed.append_messages(conv.id, [Message(role="user", content="secret")])
+    with Store.open(database_url, kek=None) as bare:
+        ledger = bare.tenant(sealed.tenant)
+        with pytest.raises(EncryptionError, match="key-encryption key"):
+            ledger.history(conv.id)
+        with pytest.raises(EncryptionError, match="key-encryption key"):
+            ledger.append_messages(conv.id, [Message(role="user", content="in the clear")])
+        with pytest.raises(EncryptionError, match="key-encryption key"):
+            ledger.create_conversation(subject="someone")
+        with pytest.raises(EncryptionError, match="key-encryption key"):
+            ledger.conversation(conv.id)  # its metadata is sealed too
+    assert sealed.conversation(conv.id).head.position == 2  # nothing was written
+    with (
+        Store.open(database_url, kek=os.urandom(32)) as other,
+        pytest.raises(EncryptionError, match="wrapped by another"),
+    ):
+        other.tenant(sealed.tenant).history(conv.id)
+
+
+def test_conversations_in_the_clear_keep_working_once_a_key_is_configured(
+    database_url: str, fast_paths: bool
+) -> None:
+    tenant = f"tenant-{uuid.uuid4().hex[:8]}"
+    with Store.open(database_url, fast_paths=fast_paths, kek=None) as bare:
+        old = bare.tenant(tenant).create_conversation({"era": "before"})
+        bare.tenant(tenant).append_messages(old.id, [Message(role="user", content="plain")])
+    with Store.open(database_url, fast_paths=fast_paths, kek=KEK) as keyed:
+        ledger = keyed.tenant(tenant)
+        ledger.append_messages(old.id, [Message(role="assistant", content="still plain")])
+        assert [m.content for m in ledger.history(old.id)] == ["plain", "still plain"]
+        assert ledger.conversation(old.id).subject is None
+        assert not any(p.startswith(SEALED_PREFIX) for _, p in _stored_payloads(keyed, old.id))
+        new = ledger.create_conversation({"era": "after"})
+        assert ledger.conversation(new.id).subject == new.id
+        with pytest.raises(NotFoundError, match=r"(?i)erasure subject"):
+            ledger.erase(old.id, reason="stored in the clear: nothing to erase")
+
+
+def test_bad_subjects_and_reasons_are_refused(sealed: Ledger) -> None:
+    with pytest.raises(InvalidInputError):
+        sealed.create_conversation(subject="")
+    with pytest.raises(InvalidInputError):
+        sealed.create_conversation(subject="x" * 201)
+    with pytest.raises(InvalidInputError):
+        sealed.erase("someone", reason="x" * 1001)
+    with pytest.raises(InvalidInputError, match="create=True"):
+        sealed.append_messages(
+            str(uuid.uuid4()), [Message(role="user", content="hi")], subject="someone"
+        )
+    with pytest.raises(NotFoundError):
+        sealed.erase("nobody", reason="no such subject")
+    with pytest.raises(InvalidInputError):
+        LocalKek(b"short")
+
+
+# -- erasure ---------------------------------------------------------------------------
+
+
+def test_erasure_shows_markers_everywhere_and_refuses_writes(
+    sealed_store: Store, sealed: Ledger
+) -> None:
+    marker = f"m-{uuid.uuid4().hex}"
+    conv = sealed.create_conversation({"user": marker}, subject="person-1")
+    turn = _turn(marker)
+    sealed.append_messages(conv.id, turn)
+    second = sealed.create_conversation(subject="person-1")
+    sealed.append_messages(second.id, [Message(role="user", content=marker)])
+    bystander = sealed.create_conversation(subject="person-2")
+    sealed.append_messages(bystander.id, [Message(role="user", content="keep me")])
+
+    erasure = sealed.erase("person-1", reason="request 17")
+    assert sorted(erasure.conversation_ids) == sorted([conv.id, second.id])
+    assert not erasure.already
+
+    history = sealed.history(conv.id)
+    assert [m.role for m in history] == ["user", "assistant", "tool", "assistant"]
+    assert all(m.content == ERASED_CONTENT and m.model_extra == {"erased": True} for m in history)
+    # The structure survives: the call and its result still pair, so nothing is repaired.
+    assert history[1].tool_calls[0].id == turn[1].tool_calls[0].id
+    assert history[2].tool_call_id == turn[2].tool_call_id
+    assert history == sealed.history(conv.id, repaired=False)
+    assert [e.message.content for e in sealed.entries(conv.id)] == [ERASED_CONTENT] * 4
+    after = sealed.conversation(conv.id)
+    assert after.metadata == {"erased": True} and after.erased_at is not None
+    events = sealed.events(conversation_id=conv.id)
+    assert all(marker not in e.payload_json for e in events)
+    assert events[-1].kind == "conversation.erased"
+    assert events[-1].payload == {
+        "subject": "person-1",
+        "keyId": erasure.key_id,
+        "reason": "request 17",
+    }
+    assert events[0].payload["metadata"] == {"erased": True}
+    assert [m.content for m in sealed.history(bystander.id)] == ["keep me"]
+
+    with pytest.raises(ErasedError):
+        sealed.append_messages(conv.id, [Message(role="user", content="more")])
+    with pytest.raises(ErasedError):
+        sealed.start_run(second.id, owner="w")
+    again = sealed.erase("person-1", reason="request 17, again")
+    assert again.already and sorted(again.conversation_ids) == sorted([conv.id, second.id])
+    # The subject can start over, under a new key.
+    fresh = sealed.create_conversation(subject="person-1")
+    sealed.append_messages(fresh.id, [Message(role="user", content="new")])
+    assert [m.content for m in sealed.history(fresh.id)] == ["new"]
+
+
+def test_the_log_verifies_before_and_after_erasure_and_still_finds_tampering(
+    sealed_store: Store, sealed: Ledger
+) -> None:
+    conv = sealed.create_conversation({"who": "x"})
+    sealed.append_messages(conv.id, _turn("before"))
+    before = sealed.verify(conv.id)
+    assert before.ok
+    sealed.erase(conv.id, reason="asked")
+    after = sealed.verify(conv.id)
+    assert after.ok and after.checked == before.checked + 1
+    with _triggers_off(sealed_store) as conn:
+        seq = conn.execute(
+            sa.text(
+                "SELECT seq FROM chatledger_events WHERE conversation_id = :c "
+                "AND kind = 'message.recorded' ORDER BY seq LIMIT 1"
+            ),
+            {"c": conv.id},
+        ).scalar_one()
+        conn.execute(
+            sa.text(
+                "UPDATE chatledger_events SET payload = replace(payload, 'user', 'USER') "
+                "WHERE seq = :s"
+            ),
+            {"s": seq},
+        )
+    broken = sealed.verify(conv.id)
+    assert not broken.ok and broken.event_seq == seq
+
+
+@contextmanager
+def _triggers_off(store: Store) -> Iterator[sa.Connection]:
+    with store.engine.begin() as conn:
+        if conn.dialect.name == "sqlite":
+            conn.exec_driver_sql("DROP TRIGGER chatledger_events_no_update")
+            yield conn
+            conn.exec_driver_sql(
+                "CREATE TRIGGER chatledger_events_no_update BEFORE UPDATE ON chatledger_events "
+                "BEGIN SELECT RAISE(ABORT, 'append-only'); END"
+            )
+        else:
+            conn.exec_driver_sql(
+                "ALTER TABLE chatledger_events DISABLE TRIGGER chatledger_events_no_change"
+            )
+            yield conn
+            conn.exec_driver_sql(
+                "ALTER TABLE chatledger_events ENABLE TRIGGER chatledger_events_no_change"
+            )
+
+
+def test_forks_of_the_subject_are_erased_with_it_and_others_keep_their_own(
+    sealed: Ledger,
+) -> None:
+    source = sealed.create_conversation()
+    sealed.append_messages(source.id, [Message(role="user", content="shared prefix")])
+    same = sealed.fork(source.id)
+    sealed.append_messages(same.id, [Message(role="user", content="same subject's own")])
+    other = sealed.fork(source.id, subject="someone-else")
+    sealed.append_messages(other.id, [Message(role="user", content="other subject's own")])
+    assert sealed.conversation(other.id).subject == "someone-else"
+
+    erasure = sealed.erase(source.id, reason="source's subject")
+    assert sorted(erasure.conversation_ids) == sorted([source.id, same.id])
+
+    assert [m.content for m in sealed.history(same.id)] == [ERASED_CONTENT] * 2
+    assert [m.content for m in sealed.history(other.id)] == [
+        ERASED_CONTENT,
+        "other subject's own",
+    ]
+    sealed.append_messages(other.id, [Message(role="user", content="still writable")])
+    with pytest.raises(ErasedError):
+        sealed.append_messages(same.id, [Message(role="user", content="refused")])
+
+
+def test_an_erasure_in_another_process_holds_here_at_once(
+    database_url: str, sealed_store: Store, sealed: Ledger
+) -> None:
+    conv = sealed.create_conversation()
+    sealed.append_messages(conv.id, [Message(role="user", content="cached here")])
+    assert sealed.history(conv.id)[0].content == "cached here"  # the key is cached now
+    with Store.open(database_url, kek=KEK) as elsewhere:
+        elsewhere.tenant(sealed.tenant).erase(conv.id, reason="from elsewhere")
+    assert sealed.history(conv.id)[0].content == ERASED_CONTENT
+    with pytest.raises(ErasedError):
+        sealed.append_messages(conv.id, [Message(role="user", content="stale cache")])
+    assert len(sealed.events(conversation_id=conv.id)) == 3  # created, message, erased
+
+
+def test_another_tenants_subject_looks_missing(sealed_store: Store, sealed: Ledger) -> None:
+    conv = sealed.create_conversation(subject="shared-name")
+    other = sealed_store.tenant(f"other-{uuid.uuid4().hex[:8]}")
+    with pytest.raises(NotFoundError):
+        other.erase("shared-name", reason="not mine")
+    with pytest.raises(NotFoundError):
+        other.erase(conv.id, reason="not mine")
+    theirs = other.create_conversation(subject="shared-name")
+    other.append_messages(theirs.id, [Message(role="user", content="theirs")])
+    sealed.erase("shared-name", reason="mine")
+    assert [m.content for m in other.history(theirs.id)] == ["theirs"]
+
+
+# -- the engine, audit and the tail on sealed conversations ---------------------------
+
+
+def test_runs_on_sealed_conversations_rebuild_and_read_as_erased_everywhere(
+    sealed: Ledger,
+) -> None:
+    from engine import rebuild_request
+    from store import trim_history
+    from tests._audit_agent import wrapped_agent
+
+    agent = wrapped_agent("anthropic", history_processor=trim_history(4))
+    first = agent.run(sealed, "weather?")
+    second = agent.run(sealed, "and again?", first.conversation_id)
+    for result in (first, second):
+        for n in range(1, result.request_count + 1):
+            assert rebuild_request(sealed, result.run_id, n, agent).matches, (result.run_id, n)
+    stored = sealed.history(first.conversation_id)
+    assert any(m.tool_calls for m in stored) and all(m.content != ERASED_CONTENT for m in stored)
+
+    sealed.erase(first.conversation_id, reason="the person asked")
+    audited = sealed.audit.events(conversation_id=first.conversation_id, kinds="message.recorded")
+    assert audited.items and all(e.payload["content"] == ERASED_CONTENT for e in audited.items)
+    tools = sealed.audit.tool_executions(conversation_id=first.conversation_id)
+    assert tools.items  # tool names and call ids are structure, kept in the clear
+    tailed = [e for page in sealed.tail() for e in page.items]
+    messages = [e for e in tailed if e.kind == "message.recorded"]
+    assert messages and all(e.payload["content"] == ERASED_CONTENT for e in messages)
+    assert not rebuild_request(sealed, second.run_id, 1, agent).matches  # the content is gone

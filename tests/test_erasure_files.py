@@ -1,0 +1,241 @@
+"""Erasure, proven from outside the store: the raw database files, a kill -9, the CLI,
+and an upgrade.
+
+- After an erasure, `VACUUM` and a checkpoint, no byte of the subject's
+  content, and not its wrapped data key, is anywhere in the database's files
+  (SQLite: the file and its WAL; Postgres: every file of the database and
+  the WAL, read with `pg_read_binary_file`). A conversation in the clear,
+  written beside it, is found by the same scan: the scan can see.
+- A process killed with SIGKILL inside the erasure's transaction leaves the
+  store as it was: it verifies, reads, and the erasure runs again to the end.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import signal
+import sqlite3
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+
+from engine.cli import main
+from store import ErasedError, Message, Store
+from store._crypto import ERASED_CONTENT
+from store._sql import migrate as _migrate
+from tests.conftest import _libpq, create_postgres_database, drop_postgres_database
+from tests.test_upgrade import written_at_0002  # noqa: F401 (a fixture)
+
+KEK = bytes(range(32, 64))
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _write(ledger_store: Store, tenant: str, marker: str, subject: str) -> str:
+    ledger = ledger_store.tenant(tenant)
+    conv = ledger.create_conversation({"note": f"meta {marker}"}, subject=subject)
+    for i in range(3):
+        ledger.append_messages(
+            conv.id,
+            [
+                Message(role="user", content=f"question {i} {marker}"),
+                Message(role="assistant", content=f"answer {i} {marker}"),
+            ],
+        )
+    return conv.id
+
+
+def _wrapped_key(store: Store, tenant: str, subject: str) -> bytes:
+    with store.engine.connect() as conn:
+        return bytes(
+            conn.execute(
+                sa.text(
+                    "SELECT wrapped FROM chatledger_subject_keys WHERE tenant = :t AND subject = :s"
+                ),
+                {"t": tenant, "s": subject},
+            ).scalar_one()
+        )
+
+
+def _sqlite_files(path: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in path.parent.glob(path.name + "*"))
+
+
+def _postgres_files(url: str) -> tuple[bytes, bytes]:
+    """The bytes of every file of the database, and of the WAL."""
+    name = sa.make_url(url).database
+    chunks = []
+    wal = []
+    with psycopg.connect(_libpq(url), autocommit=True) as conn:
+        oid = conn.execute("SELECT oid FROM pg_database WHERE datname = %s", (name,)).fetchone()
+        assert oid is not None
+        base = f"base/{oid[0]}"
+        for (entry,) in conn.execute("SELECT pg_ls_dir(%s)", (base,)).fetchall():
+            path = f"{base}/{entry}"
+            if conn.execute("SELECT (pg_stat_file(%s)).isdir", (path,)).fetchone()[0]:
+                continue
+            chunks.append(conn.execute("SELECT pg_read_binary_file(%s)", (path,)).fetchone()[0])
+        for (entry,) in conn.execute(
+            "SELECT name FROM pg_ls_waldir() WHERE name ~ '^[0-9A-F]{24}$'"
+        ).fetchall():
+            wal.append(
+                conn.execute("SELECT pg_read_binary_file(%s)", (f"pg_wal/{entry}",)).fetchone()[0]
+            )
+    return b"".join(bytes(c) for c in chunks), b"".join(bytes(c) for c in wal)
+
+
+@pytest.fixture
+def own_database(backend: str, tmp_path: Path) -> Iterator[str]:
+    """A database of this test's own: its files hold nothing of other tests."""
+    if backend == "sqlite":
+        url = f"sqlite:///{tmp_path / 'erasure.db'}"
+    else:
+        url = create_postgres_database("chatledger_erasure")
+    with Store.open(url) as store:
+        store.migrate()
+    yield url
+    if backend == "postgres":
+        drop_postgres_database(url)
+
+
+def test_no_plaintext_and_no_wrapped_key_remain_in_the_files_after_erasure(
+    backend: str, own_database: str
+) -> None:
+    secret = f"SECRET-{uuid.uuid4().hex}"
+    control = f"CONTROL-{uuid.uuid4().hex}"
+    with Store.open(own_database, kek=None) as bare:
+        plain = bare.tenant("acme").create_conversation()
+        bare.tenant("acme").append_messages(plain.id, [Message(role="user", content=control)])
+    with Store.open(own_database, kek=KEK) as store:
+        erased = _write(store, "acme", secret, subject="person-7")
+        kept = _write(store, "acme", f"kept-{uuid.uuid4().hex}", subject="person-8")
+        wrapped = _wrapped_key(store, "acme", "person-7")
+        store.tenant("acme").erase("person-7", reason="test")
+        assert [m.content for m in store.tenant("acme").history(erased)] == [ERASED_CONTENT] * 6
+        assert len(store.tenant("acme").history(kept)) == 6
+    if backend == "sqlite":
+        path = Path(sa.make_url(own_database).database or "")
+        with sqlite3.connect(path) as conn:
+            conn.execute("VACUUM")
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        files = log = _sqlite_files(path)
+    else:
+        with psycopg.connect(_libpq(own_database), autocommit=True) as conn:
+            # The keys table is tiny: VACUUM FULL rewrites it, leaving no dead row behind.
+            conn.execute("VACUUM FULL chatledger_subject_keys")
+            conn.execute("VACUUM")
+            conn.execute("CHECKPOINT")
+        files, log = _postgres_files(own_database)
+    assert control.encode() in files  # the scan sees what is stored in the clear
+    assert secret.encode() not in files and secret.encode() not in log
+    # The wrapped key is gone from the tables. Postgres's WAL keeps the record of
+    # its insert until the segment is recycled (docs/erasure.md): wrapped, it is
+    # of no use without the key-encryption key.
+    assert wrapped not in files
+    with Store.open(own_database, kek=KEK) as store:
+        assert store.tenant("acme").verify(erased).ok
+
+
+def test_a_kill_inside_the_erasure_leaves_the_store_verifiable_and_the_erasure_resumable(
+    backend: str, own_database: str
+) -> None:
+    with Store.open(own_database, kek=KEK) as store:
+        ids = [_write(store, "acme", f"m{i}", subject="person-9") for i in range(3)]
+        before = {cid: store.tenant("acme").history(cid) for cid in ids}
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests._erasure_child", own_database, "acme", "person-9", KEK.hex()],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        line = child.stdout.readline()
+        assert line == "deleting\n", child.stderr.read() if child.stderr else line
+        child.send_signal(signal.SIGKILL)  # inside the transaction, before the key is deleted
+        child.wait(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.communicate()
+    assert child.returncode == -signal.SIGKILL
+    with Store.open(own_database, kek=KEK) as store:
+        ledger = store.tenant("acme")
+        assert all(v.ok for v in ledger.verify_all())
+        assert {cid: ledger.history(cid) for cid in ids} == before  # nothing of it landed
+        assert all(ledger.conversation(cid).erased_at is None for cid in ids)
+        erasure = ledger.erase("person-9", reason="again, to the end")
+        assert sorted(erasure.conversation_ids) == sorted(ids) and not erasure.already
+        assert all(v.ok for v in ledger.verify_all())
+        for cid in ids:
+            assert {m.content for m in ledger.history(cid)} == {ERASED_CONTENT}
+            with pytest.raises(ErasedError):
+                ledger.append_messages(cid, [Message(role="user", content="no")])
+
+
+def test_the_cli_erases_and_then_shows_markers(
+    own_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CHATLEDGER_KEK", KEK.hex())
+    with Store.open(own_database) as store:
+        conv = _write(store, "default", "visible", subject="person-3")
+
+    def run(*argv: str) -> tuple[int, str]:
+        out = io.StringIO()
+        with redirect_stdout(out):
+            status = main([*argv, "--database-url", own_database])
+        return status, out.getvalue()
+
+    status, shown = run("history", conv)
+    assert status == 0 and "visible" in shown
+    status, said = run("erase", "person-3", "--reason", "asked by the person", "--json")
+    assert status == 0
+    report = json.loads(said)
+    assert report["conversationIds"] == [conv] and report["already"] is False
+    status, shown = run("history", conv)
+    assert status == 0 and "visible" not in shown and ERASED_CONTENT in shown
+    status, said = run("erase", "person-3", "--reason", "again")
+    assert status == 0 and "erased before" in said
+    status, said = run("verify", "--conversation", conv)
+    assert status == 0 and "intact" in said
+    monkeypatch.delenv("CHATLEDGER_KEK")
+    status, _ = run("history", conv)
+    assert status != 0  # sealed content needs the key, erased or not
+
+
+def test_an_old_database_upgrades_keeps_its_conversations_in_the_clear_and_seals_new_ones(
+    written_at_0002: str,  # noqa: F811
+) -> None:
+    with Store.open(written_at_0002, kek=KEK) as store:
+        store.migrate()
+        store.check_schema()
+        with store.engine.connect() as conn:
+            old = conn.execute(
+                sa.text("SELECT id, tenant FROM chatledger_conversations ORDER BY id LIMIT 1")
+            ).one()
+        ledger = store.tenant(old.tenant)
+        before = ledger.history(str(old.id), repaired=False)
+        ledger.append_messages(str(old.id), [Message(role="user", content="after the upgrade")])
+        assert ledger.history(str(old.id), repaired=False)[:-1] == before
+        assert ledger.conversation(str(old.id)).subject is None
+        new = _write(store, old.tenant, "x", subject="s")
+        assert ledger.conversation(new).subject == "s"
+        assert all(v.ok for v in store.verify())
+        with store.engine.begin() as conn, pytest.raises(RuntimeError, match="sealed"):
+            _migrate.downgrade(conn, "0006")
+        ledger.erase("s", reason="so that the downgrade can go")
+    with (
+        Store.open(written_at_0002, kek=KEK) as store,
+        store.engine.begin() as conn,
+        pytest.raises(RuntimeError, match="sealed"),
+    ):
+        _migrate.downgrade(conn, "0006")  # erased, its events are still sealed
