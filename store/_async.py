@@ -219,7 +219,7 @@ class AsyncStore:
         await self.execute(self._ops.migrate(partitions), connection)
 
     def _tenant_ops(self, tenant: str) -> Operations:
-        return Operations(tenant, self.message_cache)
+        return Operations(tenant, self.message_cache, self._sealer)
 
     async def run_retention(
         self,
@@ -357,7 +357,7 @@ class AsyncLedger:
 
     def __init__(self, store: AsyncStore, tenant: str) -> None:
         self._store = store
-        self._ops = Operations(tenant, store.message_cache)
+        self._ops = Operations(tenant, store.message_cache, store._sealer)
 
     @property
     def tenant(self) -> str:

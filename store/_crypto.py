@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import copy
 import dataclasses
 import hashlib
 import json
@@ -40,7 +41,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from store._errors import EncryptionError, InvalidInputError
 from store._values import Conversation, Event, NewEvent
-from store.messages import Message
+from store.messages import Message, load_messages
 
 __all__ = [
     "ERASED_CONTENT",
@@ -54,9 +55,11 @@ __all__ = [
     "Sealer",
     "is_sealed",
     "kek_from_env",
+    "open_text",
     "opened",
     "sealed_key_ids",
     "sealer_for",
+    "split_sealed",
 ]
 
 T = TypeVar("T")
@@ -69,6 +72,8 @@ ERASED_CONTENT = "[erased]"
 
 ENV_VAR = "CHATLEDGER_KEK"
 
+_SEALED_KINDS = frozenset({"message.recorded", "conversation.created"})
+"""The event kinds whose payloads are sealed: no other payload is ever opened."""
 _MESSAGE_CLEAR = ("role", "toolCallId", "toolName", "failed", "runId", "conversationId")
 _CREATED_CLEAR = ("tenant", "forkedFrom")
 _WRAP_AAD = b"chatledger data key v1"
@@ -176,29 +181,41 @@ class DataKey:
     aead: Any  # cryptography's AESGCM
 
     def seal(self, plaintext: str, clear: Mapping[str, Any]) -> str:
+        """`plaintext` sealed, as the stored JSON text (see the module docstring)."""
         nonce = os.urandom(12)
         data = self.aead.encrypt(nonce, plaintext.encode("utf-8"), self.key_id.encode())
-        envelope = {
-            "sealed": {"key": self.key_id, "nonce": _b64(nonce), "data": _b64(data)},
-            **clear,
-        }
-        return json.dumps(envelope, separators=(",", ":"), ensure_ascii=False)
+        return self.layout(self.key_id, _b64(nonce), _b64(data), clear)
 
-    def open(self, sealed: Mapping[str, Any]) -> str:
-        from cryptography.exceptions import InvalidTag
+    @staticmethod
+    def layout(key_id: str, nonce: str, data: str, clear: Mapping[str, Any]) -> str:
+        """The stored text of a sealed value. Built as text: every part but `clear` is
+        an id or base64, which JSON never escapes; `split_sealed` reads it back by
+        position."""
+        head = f'{SEALED_PREFIX}"key":"{key_id}","nonce":"{nonce}","data":"{data}"}}'
+        if not clear:
+            return head + "}"
+        return head + "," + json.dumps(clear, separators=(",", ":"), ensure_ascii=False)[1:]
 
+    def open_parts(self, nonce: str, data: str) -> str:
+        """The plaintext of a sealed value's base64 `nonce` and `data`."""
         try:
-            plain: bytes = self.aead.decrypt(
-                base64.b64decode(sealed["nonce"]),
-                base64.b64decode(sealed["data"]),
-                self.key_id.encode(),
-            )
-        except (InvalidTag, KeyError, ValueError, binascii.Error) as exc:
+            plain: bytes = self.aead.decrypt(_a2b(nonce), _a2b(data), self.key_id.encode("ascii"))
+        except Exception as exc:  # cryptography's InvalidTag, or bad base64
             raise EncryptionError(
                 f"Sealed content under data key '{self.key_id}' fails authentication: the "
                 f"stored row was altered. Run `chatledger verify` on its conversation."
             ) from exc
         return plain.decode("utf-8")
+
+    def open(self, sealed: Mapping[str, Any]) -> str:
+        """The plaintext of a parsed `"sealed"` object."""
+        nonce, data = sealed.get("nonce"), sealed.get("data")
+        if not isinstance(nonce, str) or not isinstance(data, str):
+            raise EncryptionError(
+                f"Sealed content under data key '{self.key_id}' is malformed: the stored row "
+                f"was altered. Run `chatledger verify` on its conversation."
+            )
+        return self.open_parts(nonce, data)
 
 
 @dataclass(frozen=True)
@@ -229,7 +246,7 @@ class Seal:
         key = self.key
         if key is None:
             return list(encoded)
-        return [(item, _seal_event(key, item.kind, text)) for item, text in encoded]
+        return [(item, _seal_event(key, item, text)) for item, text in encoded]
 
     def metadata(self, meta_text: str) -> str:
         """The conversation row's metadata text, sealed."""
@@ -240,26 +257,47 @@ class Seal:
         if self.key is None:
             return root
         meta_text, payload = root
-        return self.metadata(meta_text), _seal_event(self.key, "conversation.created", payload)
+        created = NewEvent("conversation.created", origin="client")
+        return self.metadata(meta_text), _seal_event(self.key, created, payload)
 
 
 PLAIN = Seal()
 
 
-def _seal_event(key: DataKey, kind: str, text: str) -> str:
-    if kind == "message.recorded":
-        value = json.loads(text)
-        clear = {k: value[k] for k in _MESSAGE_CLEAR if k in value}
-        calls = value.get("toolCalls")
-        if calls:
+def _seal_event(key: DataKey, item: NewEvent, text: str) -> str:
+    if item.kind == "message.recorded":
+        m = item.message
+        if m is None:
+            return key.seal(text, _message_clear(json.loads(text)))
+        clear: dict[str, Any] = {"role": m.role}
+        if m.tool_calls:
             clear["toolCalls"] = [
-                {k: call[k] for k in ("id", "name") if k in call} for call in calls
+                {"id": c.id, "name": c.name} if c.id is not None else {"name": c.name}
+                for c in m.tool_calls
             ]
+        if m.tool_call_id is not None:
+            clear["toolCallId"] = m.tool_call_id
+        if m.tool_name is not None:
+            clear["toolName"] = m.tool_name
+        if m.failed:
+            clear["failed"] = True
+        if m.run_id is not None:
+            clear["runId"] = m.run_id
+        if m.conversation_id is not None:
+            clear["conversationId"] = m.conversation_id
         return key.seal(text, clear)
-    if kind == "conversation.created":
+    if item.kind == "conversation.created":
         value = json.loads(text)
         return key.seal(text, {k: value[k] for k in _CREATED_CLEAR if k in value})
     return text
+
+
+def _message_clear(value: Mapping[str, Any]) -> dict[str, Any]:
+    clear = {k: value[k] for k in _MESSAGE_CLEAR if k in value}
+    calls = value.get("toolCalls")
+    if calls:
+        clear["toolCalls"] = [{k: call[k] for k in ("id", "name") if k in call} for call in calls]
+    return clear
 
 
 class Sealer:
@@ -299,6 +337,18 @@ class Sealer:
         key = DataKey(key_id, aesgcm(secret))
         self._remember(self._unwrapped, wrapped, key)
         return Seal(key, subject, NewKey(key_id, tenant, subject, self.kek.id, wrapped))
+
+    def open_texts(
+        self, texts: Sequence[str], fetch: Callable[[set[str]], Mapping[str, bytes]]
+    ) -> list[str]:
+        """`texts` with each sealed one opened (or its erased marker), the keys read by
+        `fetch` (key ids -> the wrapped keys that still exist) in the caller's read."""
+        ids = {_key_id(t) for t in texts if t.startswith(SEALED_PREFIX)}
+        if not ids:
+            return list(texts)
+        wrapped = fetch(ids)
+        keys = {i: (self.data_key(i, wrapped[i]) if i in wrapped else None) for i in ids}
+        return [open_text(t, keys) if t.startswith(SEALED_PREFIX) else t for t in texts]
 
     def writing(self, tenant: str, conversation_id: str) -> Seal | None:
         """The cached seal of a conversation's writes (None: not known yet)."""
@@ -345,13 +395,13 @@ def _visit(value: Any, found: Callable[[Mapping[str, Any]], None]) -> None:
         if sealed is not None:
             found(sealed)
     elif isinstance(value, Event):
-        if is_sealed(value.payload_json):
-            found(json.loads(value.payload_json)["sealed"])
+        if value.kind in _SEALED_KINDS and is_sealed(value.payload_json):
+            found({"key": _key_id(value.payload_json)})
     elif isinstance(value, list | tuple):
         for item in value:
             _visit(item, found)
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-        if isinstance(value, Conversation):
+        if isinstance(value, Conversation) and value.subject is not None:
             sealed = _sealed_of_metadata(value.metadata)
             if sealed is not None:
                 found(sealed)
@@ -374,15 +424,16 @@ def opened(value: T, keys: Mapping[str, DataKey | None]) -> T:
 
 def _open(value: Any, keys: Mapping[str, DataKey | None]) -> Any:
     if isinstance(value, Message):
-        sealed = _sealed_of_message(value)
-        if sealed is None:
+        if _sealed_of_message(value) is None:
             return value
-        return Message.model_validate_json(_open_text(value.model_dump_json(), keys))
+        return Message.model_validate_json(open_text(_message_text(value), keys))
     if isinstance(value, Event):
-        if not is_sealed(value.payload_json):
+        if value.kind not in _SEALED_KINDS or not is_sealed(value.payload_json):
             return value
-        return dataclasses.replace(value, payload_json=_open_text(value.payload_json, keys))
+        return _with_payload(value, open_text(value.payload_json, keys))
     if isinstance(value, list):
+        if value and all(isinstance(m, Message) for m in value):
+            return _open_messages(value, keys)
         return [_open(item, keys) for item in value]
     if isinstance(value, tuple):
         return tuple(_open(item, keys) for item in value)
@@ -395,31 +446,115 @@ def _open(value: Any, keys: Mapping[str, DataKey | None]) -> Any:
             new = _open(item, keys)
             if new is not item:
                 changes[f.name] = new
-        if isinstance(value, Conversation):
+        if isinstance(value, Conversation) and value.subject is not None:
             sealed = _sealed_of_metadata(value.metadata)
             if sealed is not None:
-                changes["metadata"] = json.loads(_open_text(json.dumps(value.metadata), keys))
+                changes["metadata"] = json.loads(open_text(_metadata_text(sealed), keys))
         return dataclasses.replace(value, **changes) if changes else value
     return value
 
 
-def _open_text(text: str, keys: Mapping[str, DataKey | None]) -> str:
+def _open_messages(messages: list[Message], keys: Mapping[str, DataKey | None]) -> list[Message]:
+    """A list of messages opened with one parse of the opened ones."""
+    sealed = [i for i, m in enumerate(messages) if _sealed_of_message(m) is not None]
+    if not sealed:
+        return messages
+    opened_ = load_messages([open_text(_message_text(messages[i]), keys) for i in sealed])
+    out = list(messages)
+    for i, m in zip(sealed, opened_, strict=True):
+        out[i] = m
+    return out
+
+
+def _message_text(m: Message) -> str:
+    """A parsed sealed message as the sealed text it was read from (in `seal`'s layout)."""
+    sealed = _sealed_of_message(m)
+    assert sealed is not None
+    clear = m.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+    clear.pop("sealed", None)
+    return DataKey.layout(
+        str(sealed.get("key")), str(sealed.get("nonce")), str(sealed.get("data")), clear
+    )
+
+
+def _metadata_text(sealed: Mapping[str, Any]) -> str:
+    return DataKey.layout(
+        str(sealed.get("key")), str(sealed.get("nonce")), str(sealed.get("data")), {}
+    )
+
+
+def _with_payload(event: Event, payload: str) -> Event:
+    """`event` with another payload text (a copy: events are frozen)."""
+    new = copy.copy(event)
+    object.__setattr__(new, "payload_json", payload)
+    return new
+
+
+_a2b = binascii.a2b_base64
+
+
+def split_sealed(text: str) -> tuple[str, str, str, str]:
+    """A sealed text's key id, base64 nonce and data, and the JSON of its clear fields.
+
+    `DataKey.seal` writes one layout, read here by position; any other
+    spelling of the same JSON is parsed as JSON.
+    """
+    end = _layout_end(text)
+    if end:
+        rest = text[end + 2 :]
+        return text[18:54], text[65:81], text[91:end], "{" + rest[1:] if rest != "}" else "{}"
     envelope = json.loads(text)
     sealed = envelope.pop("sealed")
-    key = keys.get(str(sealed.get("key")))
+    return (
+        str(sealed.get("key")),
+        str(sealed.get("nonce")),
+        str(sealed.get("data")),
+        json.dumps(envelope, separators=(",", ":"), ensure_ascii=False),
+    )
+
+
+def _layout_end(text: str) -> int:
+    """Where the data of `DataKey.seal`'s layout ends (0: another layout)."""
+    if text[11:18] == '"key":"' and text[54:65] == '","nonce":"' and text[81:91] == '","data":"':
+        end = text.find('"', 91)
+        if end > 0 and text[end + 1 : end + 2] == "}":
+            return end
+    return 0
+
+
+def open_text(text: str, keys: Mapping[str, DataKey | None]) -> str:
+    """A sealed text's plaintext, or its erased marker when its key is None (gone)."""
+    end = _layout_end(text)
+    if end:  # the common case, without building the clear fields' JSON
+        key = keys.get(text[18:54])
+        if key is not None:
+            return key.open_parts(text[65:81], text[91:end])
+    key_id, nonce, data, clear_json = split_sealed(text)
+    key = keys.get(key_id)
     if key is not None:
-        return key.open(sealed)
-    if "role" in envelope:
-        envelope = {**envelope, "content": ERASED_CONTENT, "erased": True}
-    elif not envelope:  # a metadata column
-        envelope = {"erased": True}
+        return key.open_parts(nonce, data)
+    clear = json.loads(clear_json)
+    if "role" in clear:
+        marker = {**clear, "content": ERASED_CONTENT, "erased": True}
+    elif not clear:  # a metadata column
+        marker = {"erased": True}
     else:
-        envelope = {**envelope, "metadata": {"erased": True}, "erased": True}
-    return json.dumps(envelope, separators=(",", ":"), ensure_ascii=False)
+        marker = {**clear, "metadata": {"erased": True}, "erased": True}
+    return json.dumps(marker, separators=(",", ":"), ensure_ascii=False)
+
+
+_open_text = open_text
+
+
+def _key_id(text: str) -> str:
+    """A sealed text's key id."""
+    return (
+        text[18:54] if text[11:18] == '"key":"' and text[54:56] == '",' else split_sealed(text)[0]
+    )
 
 
 def _b64(data: bytes) -> str:
-    return base64.b64encode(data).decode("ascii")
+    return binascii.b2a_base64(data, newline=False).decode("ascii")
 
 
 def sealer_for(kek: KeyEncryptionKey | bytes | None) -> Sealer | None:

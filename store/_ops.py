@@ -26,7 +26,7 @@ from store._checks import (
     check_long_text,
     check_new_id,
 )
-from store._crypto import PLAIN, Seal
+from store._crypto import PLAIN, Seal, Sealer, is_sealed
 from store._errors import ConflictError, EncryptionError, InvalidInputError, SchemaError
 from store._sql import append as _append
 from store._sql import entries as _entries
@@ -67,13 +67,30 @@ T = TypeVar("T")
 _ORIGINS: frozenset[str] = frozenset(get_args(Origin))
 
 
+Unseal = Callable[[list[str]], list[str]]
+"""Opens the sealed texts among payloads read in one operation (`Sealer.open_texts`
+with the keys read on the operation's own connection)."""
+
+
+def _load(rows: list[tuple[int, str]], cache: MessageCache, unseal: Unseal | None) -> list[Message]:
+    """Messages from (seq, payload) rows: through the cache, or, when some are sealed,
+    opened first and parsed at once (opened messages are never cached: an erasure
+    must show at once)."""
+    if unseal is not None and any(is_sealed(text) for _, text in rows):
+        return load_messages(unseal([text for _, text in rows]))
+    return cache.load(rows)
+
+
 def _head_messages(
-    rows: list[tuple[int, str]] | None, repaired: bool, cache: MessageCache
+    rows: list[tuple[int, str]] | None,
+    repaired: bool,
+    cache: MessageCache,
+    unseal: Unseal | None = None,
 ) -> list[Message] | None:
     """The head history from its (seq, payload) rows (None: empty or missing; `_history` decides)."""
     if rows is None:
         return None
-    messages = cache.load(rows)
+    messages = _load(rows, cache, unseal)
     return _repair.repaired(messages) if repaired else messages
 
 
@@ -84,12 +101,12 @@ def _history(
     at: int | Position | datetime | None,
     repaired: bool,
     cache: MessageCache,
+    unseal: Unseal | None = None,
 ) -> list[Message]:
     conv = _log.get_conversation(conn, tenant, conversation_id)
     if at is None:
-        messages = load_messages(
-            projector.view_payloads(conn, conv.id, conv.forked_from is not None)
-        )
+        texts = projector.view_payloads(conn, conv.id, conv.forked_from is not None)
+        messages = load_messages(texts if unseal is None else unseal(texts))
     else:
         if isinstance(at, datetime):
             point = projector.head_at(conn, conv.id, at)
@@ -97,16 +114,25 @@ def _history(
                 return []
         else:
             point = _log.resolve_position(conn, conv, at)
-        messages = cache.load(projector.message_rows(conn, projector.lineage(conn, point)))
+        rows = projector.message_rows(conn, projector.lineage(conn, point))
+        messages = _load(rows, cache, unseal)
     return _repair.repaired(messages) if repaired else messages
 
 
 class Operations:
     """Builds the tenant-scoped operations that `Ledger` and `AsyncLedger` run."""
 
-    def __init__(self, tenant: str, cache: MessageCache) -> None:
+    def __init__(self, tenant: str, cache: MessageCache, sealer: Sealer | None = None) -> None:
         self.tenant = _log.check_text(tenant, "tenant")
         self.cache = cache
+        self.sealer = sealer
+
+    def _unseal(self, fetch: Callable[[set[str]], Mapping[str, bytes]]) -> Unseal | None:
+        """How a read opens sealed payloads, with `fetch` reading the keys (None: no key)."""
+        sealer = self.sealer
+        if sealer is None:
+            return None
+        return lambda texts: sealer.open_texts(texts, fetch)
 
     def create_conversation(
         self,
@@ -363,8 +389,10 @@ class Operations:
                         expected_state=expected_state,
                         sealed=seal.sealed,
                     )
+                # The result carries the clear payloads (the caller's own, as
+                # opening the sealed ones would give), so it needs no opening.
                 return _append.appended_in_place(
-                    conversation_id, done, encoded, run_id, idempotency_key
+                    conversation_id, done, clear, run_id, idempotency_key
                 )
 
             return attempt
@@ -383,7 +411,15 @@ class Operations:
             # At an explicit position or time the answer may lag (a replica's);
             # at the head it may not: a caller reads what it just appended.
             replica=at is not None,
-            fn=lambda c: _history(c, self.tenant, conversation_id, at, repaired, self.cache),
+            fn=lambda c: _history(
+                c,
+                self.tenant,
+                conversation_id,
+                at,
+                repaired,
+                self.cache,
+                self._unseal(lambda ids: _keys.keys_by_id(c, ids, self.tenant)),
+            ),
         )
         if at is not None:
             return read
@@ -392,10 +428,16 @@ class Operations:
         return replace(
             read,
             postgres=lambda c: _head_messages(
-                projector.head_payloads_postgres(c, tenant, conversation_id), repaired, cache
+                projector.head_payloads_postgres(c, tenant, conversation_id),
+                repaired,
+                cache,
+                self._unseal(lambda ids: _keys.keys_on_postgres(c, ids, tenant)),
             ),
             sqlite=lambda cursor: _head_messages(
-                projector.head_payloads_sqlite(cursor, tenant, conversation_id), repaired, cache
+                projector.head_payloads_sqlite(cursor, tenant, conversation_id),
+                repaired,
+                cache,
+                self._unseal(lambda ids: _keys.keys_on_sqlite(cursor, ids, tenant)),
             ),
         )
 
@@ -505,7 +547,12 @@ class Operations:
                 f"recording events of run '{cursor.run_id}'",
                 write=True,
                 fn=lambda c: _runs.record(
-                    c, self.tenant, cursor, seal.events(encoded), idempotency_key=idempotency_key
+                    c,
+                    self.tenant,
+                    cursor,
+                    seal.events(encoded),
+                    idempotency_key=idempotency_key,
+                    seal=seal,
                 ),
             )
 

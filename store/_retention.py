@@ -24,6 +24,7 @@ from urllib.parse import quote
 
 from store._errors import ChatledgerError, InvalidInputError
 from store._sealing import Program
+from store._sql import erasure as _erasure
 from store._sql import retention as _retention
 from store._sql.ops import Op
 from store._sql.retention import RetentionPlan, RetentionPolicy
@@ -44,6 +45,9 @@ class SubjectOutcome:
     exported: list[str] = field(default_factory=list)
     """The export files written (`export-erase`), one per conversation."""
     erased: bool = False
+    active: bool = False
+    """True when the subject was written to after the plan was made: kept (its
+    exports stay)."""
     error: str | None = None
     """Why this subject failed; the pass went on with the others."""
 
@@ -62,8 +66,9 @@ class RetentionReport:
 
 
 def export_path(export_dir: str | os.PathLike[str], tenant: str, conversation_id: str) -> Path:
-    """Where `export-erase` writes a conversation's export: one directory per tenant."""
-    return Path(export_dir) / quote(tenant, safe="") / f"{conversation_id}.jsonl"
+    """Where `export-erase` writes a conversation's export: one directory per tenant,
+    `tenant-<the tenant, percent-encoded>` (never `.` or `..`)."""
+    return Path(export_dir) / f"tenant-{quote(tenant, safe='')}" / f"{conversation_id}.jsonl"
 
 
 def run_retention(
@@ -85,7 +90,7 @@ def run_retention(
         found = yield ops_for(tenant).retention()
         policies = [] if found is None else [found]
     needs_dir = [p.tenant for p in policies if p.action == "export-erase"]
-    if needs_dir and export_dir is None:
+    if needs_dir and export_dir is None and not dry_run:
         raise InvalidInputError(
             f"The retention policy of {', '.join(repr(t) for t in needs_dir)} exports "
             f"conversations before erasing them: pass an export directory (--export-dir)."
@@ -127,15 +132,28 @@ def _apply(
                 path = export_path(export_dir, plan.tenant, conversation_id)
                 yield from _export(ops, conversation_id, path)
                 exported.append(str(path))
-        yield ops.erase(
-            subject,
+        reason = (
             f"retention: idle for {plan.policy.idle_days} days "
-            f"(nothing since {plan.cutoff.isoformat()})",
+            f"(nothing since {plan.cutoff.isoformat()})"
+        )
+        done = yield Op(
+            f"erasing subject '{subject}' of tenant '{plan.tenant}'",
+            write=True,
+            fn=lambda c: _erasure.erase_if_idle(
+                c,
+                plan.tenant,
+                subject,
+                reason,
+                conversation_ids=conversation_ids,
+                idle_before=plan.cutoff,
+            ),
         )
     except (ChatledgerError, OSError) as error:
         return SubjectOutcome(
             plan.tenant, subject, conversation_ids, exported, error=" ".join(str(error).split())
         )
+    if done is None:  # written to since the plan, or a new conversation: not due now
+        return SubjectOutcome(plan.tenant, subject, conversation_ids, exported, active=True)
     return SubjectOutcome(plan.tenant, subject, conversation_ids, exported, erased=True)
 
 

@@ -211,7 +211,7 @@ class Store:
         self.execute(self._ops.migrate(partitions), connection)
 
     def _tenant_ops(self, tenant: str) -> Operations:
-        return Operations(tenant, self.message_cache)
+        return Operations(tenant, self.message_cache, self._sealer)
 
     def run_retention(
         self,
@@ -344,7 +344,7 @@ class Ledger:
 
     def __init__(self, store: Store, tenant: str) -> None:
         self._store = store
-        self._ops = Operations(tenant, store.message_cache)
+        self._ops = Operations(tenant, store.message_cache, store._sealer)
 
     @property
     def tenant(self) -> str:

@@ -93,6 +93,14 @@ conversations = sa.Table(
     sa.Column("erased_at", Timestamp, nullable=True),
     # Keyset pagination of a tenant's conversations, newest first (ids are UUIDv7).
     sa.Index("ix_chatledger_conversations_tenant_id", "tenant", "id"),
+    # A subject's conversations (`erase`, retention): only sealed ones.
+    sa.Index(
+        "ix_chatledger_conversations_tenant_subject",
+        "tenant",
+        "subject",
+        sqlite_where=sa.text("subject IS NOT NULL"),
+        postgresql_where=sa.text("subject IS NOT NULL"),
+    ),
     # "Which conversations were forked from this one" (audit, lineage).
     sa.Index(
         "ix_chatledger_conversations_forked_from",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,6 +19,7 @@ import pytest
 import sqlalchemy as sa
 
 from store import (
+    ConflictError,
     EncryptionError,
     ErasedError,
     InvalidInputError,
@@ -381,3 +383,162 @@ def test_runs_on_sealed_conversations_rebuild_and_read_as_erased_everywhere(
     messages = [e for e in tailed if e.kind == "message.recorded"]
     assert messages and all(e.payload["content"] == ERASED_CONTENT for e in messages)
     assert not rebuild_request(sealed, second.run_id, 1, agent).matches  # the content is gone
+
+
+def test_idempotent_retries_of_sealed_writes_replay_the_original(sealed: Ledger) -> None:
+    conv = sealed.create_conversation()
+    turn = [Message(role="user", content="once")]
+    first = sealed.append_messages(conv.id, turn, idempotency_key="k1")
+    again = sealed.append_messages(conv.id, turn, idempotency_key="k1")
+    assert [e.id for e in again.events] == [e.id for e in first.events]
+    assert again.events[0].message == turn[0]
+    with pytest.raises(ConflictError):
+        sealed.append_messages(
+            conv.id, [Message(role="user", content="other")], idempotency_key="k1"
+        )
+    cursor = sealed.start_run(conv.id, owner="w")
+    recorded = [NewEvent.of_message(Message(role="assistant", content="ran"))]
+    events, after = sealed.record(cursor, recorded, idempotency_key="r1")
+    replay, _ = sealed.record(cursor, recorded, idempotency_key="r1")
+    assert [e.id for e in replay] == [e.id for e in events]
+    assert replay[0].message.content == "ran"
+    assert [m.content for m in sealed.history(conv.id)] == ["once"]
+    assert len(sealed.history(conv.id, repaired=False)) == 1
+    del after
+
+
+# -- what an attacker or a race could try ---------------------------------------------
+
+
+def test_copied_ciphertext_is_never_opened_outside_its_place(
+    database_url: str, sealed_store: Store, sealed: Ledger
+) -> None:
+    victim = sealed.create_conversation()
+    sealed.append_messages(victim.id, [Message(role="user", content="VICTIM SECRET")])
+    row = next(p for k, p in _stored_payloads(sealed_store, victim.id) if k == "message.recorded")
+    envelope = json.loads(row)["sealed"]
+    attacker = sealed_store.tenant(f"attacker-{uuid.uuid4().hex[:8]}")
+    mine = attacker.create_conversation()
+    # In a payload of another kind: stored as given, never opened.
+    cursor = attacker.start_run(mine.id, owner="w")
+    attacker.record(cursor, [NewEvent("model.responded", {"sealed": envelope})])
+    shown = [e.payload_json for e in attacker.events(conversation_id=mine.id)]
+    assert not any("VICTIM SECRET" in p for p in shown)
+    # As a message field: refused, nothing written.
+    with pytest.raises(InvalidInputError, match="reserves"):
+        attacker.append_messages(
+            mine.id,
+            [Message(role="user", content="hi", sealed=envelope)],  # type: ignore[call-arg]
+        )
+    # As metadata: sealed like any metadata, and read back as given.
+    meta = attacker.create_conversation({"sealed": envelope})
+    assert attacker.conversation(meta.id).metadata == {"sealed": envelope}
+    with Store.open(database_url, kek=None) as bare:
+        clear = bare.tenant(attacker.tenant).create_conversation({"sealed": envelope})
+    assert attacker.conversation(clear.id).metadata == {"sealed": envelope}
+
+
+def test_a_run_caught_by_an_erasure_still_ends(sealed: Ledger) -> None:
+    conv = sealed.create_conversation()
+    sealed.append_messages(conv.id, [Message(role="user", content="hi")])
+    cursor = sealed.start_run(conv.id, owner="w")
+    sealed.erase(conv.id, reason="mid-run")
+    with pytest.raises(ErasedError):
+        sealed.record(cursor, [NewEvent.of_message(Message(role="assistant", content="no"))])
+    sealed.fail_run(cursor, stage="model", error="the conversation was erased")
+    assert sealed.run(cursor.run_id).status == "failed"
+
+
+def test_a_creation_prepared_under_a_key_that_is_then_erased_writes_nothing(
+    sealed_store: Store, sealed: Ledger
+) -> None:
+    from store._sealing import drive, preparing
+    from store._store import Operations
+
+    first = sealed.create_conversation(subject="racer")
+    ops = Operations(sealed.tenant, sealed_store.message_cache, sealed_store._sealer)
+    assert sealed_store._sealer is not None
+    sealing = ops.create_conversation(None, None, None, "racer").sealing
+    assert sealing is not None
+    op, _ = drive(preparing(sealed_store._sealer, sealing), sealed_store.execute)
+    sealed.erase("racer", reason="between the key read and the write")
+    with pytest.raises(ConflictError, match="destroyed"):
+        sealed_store.execute(op)
+    again = sealed.create_conversation({"m": "readable"}, subject="racer")
+    assert sealed.conversation(again.id).metadata == {"m": "readable"}
+    assert sealed.conversation(first.id).erased_at is not None
+
+
+def test_a_store_without_the_key_cannot_fork_a_sealed_conversation(
+    database_url: str, sealed: Ledger
+) -> None:
+    conv = sealed.create_conversation()
+    sealed.append_messages(conv.id, [Message(role="user", content="sealed")])
+    with Store.open(database_url, kek=None) as bare, pytest.raises(EncryptionError, match="fork"):
+        bare.tenant(sealed.tenant).fork(conv.id)
+
+
+def test_an_import_cannot_bring_ciphertext_under_another_subjects_key(
+    sealed_store: Store, sealed: Ledger
+) -> None:
+    import io
+
+    from store import ImportFileError
+
+    victim = sealed.create_conversation()
+    sealed.append_messages(victim.id, [Message(role="user", content="VICTIM SECRET")])
+    attacker = sealed_store.tenant(f"attacker-{uuid.uuid4().hex[:8]}")
+    mine = attacker.create_conversation()
+    attacker.append_messages(mine.id, [Message(role="user", content="mine")])
+    out = io.StringIO()
+    attacker.export(out, conversation_id=mine.id)
+    # Forge the file as an attacker can: fresh ids, no key record, the message's
+    # payload the victim's ciphertext, every hash recomputed.
+    fresh: dict[str, str] = {}
+    renamed = re.sub(
+        r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
+        lambda m: fresh.setdefault(m.group(0), str(uuid.uuid4())),
+        out.getvalue(),
+    )
+    forged = _forged_export(renamed, _stored_payloads(sealed_store, victim.id))
+    with pytest.raises(ImportFileError, match="not the key of the conversation's subject"):
+        attacker.import_file(io.StringIO(forged))
+    assert [c.id for c in attacker.conversations()] == [mine.id]  # nothing was written
+
+
+def _forged_export(text: str, victim: list[tuple[str, str]]) -> str:
+    """`text` without its key record, its message payload replaced by the victim's
+    ciphertext, every hash after it and the end record recomputed."""
+    import hashlib
+
+    from store._sql import chain as _chain
+
+    stolen = next(p for k, p in victim if k == "message.recorded")
+    records = [json.loads(line) for line in text.splitlines()]
+    records = [r for r in records if r.get("type") != "subjectKey"]
+    previous = _chain.GENESIS
+    for r in records:
+        if r.get("type") != "event":
+            continue
+        if r["kind"] == "message.recorded":
+            r["payload"] = stolen
+        fields = {
+            "id": r["id"],
+            "conversation_id": r["conversationId"],
+            "branch_id": r["branchId"],
+            "position": r["position"],
+            "run_id": r.get("runId"),
+            "kind": r["kind"],
+            "origin": r["origin"],
+            "head": r["head"],
+            "idempotency_key": r.get("idempotencyKey"),
+            "payload": r["payload"],
+        }
+        previous = _chain.link(previous, _chain.content(**fields))
+        r["hash"] = previous.hex()
+    conv = next(r for r in records if r.get("type") == "conversation")
+    conv["headHash"] = previous.hex()
+    body = [json.dumps(r, separators=(",", ":"), ensure_ascii=True) for r in records[:-1]]
+    digest = hashlib.sha256("".join(line + "\n" for line in body).encode()).hexdigest()
+    end = {**records[-1], "lines": len(body) + 1, "sha256": digest}
+    return "".join(line + "\n" for line in [*body, json.dumps(end, separators=(",", ":"))])

@@ -217,3 +217,33 @@ def test_the_cli_sets_shows_and_runs_retention(
     assert status == 0 and "removed" in said
     with Store.open(own_database) as store:
         assert store.tenant("default").history(conv)[0].content == "hello"
+
+
+def test_a_subject_written_to_after_the_plan_is_kept(sealed_store: Store, ledger: Ledger) -> None:
+    from store._sql.erasure import erase_if_idle
+    from store._sql.ops import Op
+
+    old = _conversation(ledger, subject="person")
+    cutoff = _last(ledger, old) + timedelta(microseconds=1)
+    newer = _conversation(ledger, subject="person")  # after the plan's cutoff
+
+    def erase(ids: list[str]) -> object:
+        return sealed_store.execute(
+            Op(
+                "erasing",
+                write=True,
+                fn=lambda c: erase_if_idle(
+                    c, ledger.tenant, "person", "r", conversation_ids=ids, idle_before=cutoff
+                ),
+            )
+        )
+
+    assert erase([old]) is None  # a conversation the plan did not see
+    assert erase([old, newer]) is None  # an event since the cutoff
+    assert ledger.conversation(old).erased_at is None
+
+
+def test_export_paths_stay_inside_the_export_directory(tmp_path: Path) -> None:
+    for tenant in ("..", ".", "a/b", "../../etc"):
+        path = export_path(tmp_path, tenant, "c").resolve()
+        assert path.parent.parent == tmp_path.resolve()

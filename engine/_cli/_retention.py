@@ -111,5 +111,6 @@ def _outcome(s: Any) -> dict[str, Any]:
         "conversationIds": s.conversation_ids,
         "exported": s.exported,
         "erased": s.erased,
+        "keptActive": s.active,
         "error": s.error,
     }

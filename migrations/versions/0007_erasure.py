@@ -11,7 +11,8 @@ adds:
 
 - `chatledger_subject_keys`: one wrapped data key per (tenant, subject);
 - `chatledger_conversations.subject` (NULL: stored in the clear, as every
-  conversation written before this revision) and `.erased_at`;
+  conversation written before this revision) and `.erased_at`, and an index
+  on a tenant's subjects;
 - `chatledger_retention_policies`: a tenant's retention policy.
 
 Nothing existing is rewritten: old conversations stay in the clear and keep
@@ -28,6 +29,7 @@ from alembic import op
 # Frozen copy of store/schema.py's Id type as of this revision.
 Id = sa.String(length=36).with_variant(sa.UUID(as_uuid=False), "postgresql")
 Timestamp = sa.DateTime(timezone=True)
+SEALED = sa.text("subject IS NOT NULL")
 
 revision = "0007"
 down_revision = "0006"
@@ -67,6 +69,13 @@ def upgrade() -> None:
     with op.batch_alter_table("chatledger_conversations", recreate="never") as batch:
         batch.add_column(sa.Column("subject", sa.String(200), nullable=True))
         batch.add_column(sa.Column("erased_at", Timestamp, nullable=True))
+    op.create_index(
+        "ix_chatledger_conversations_tenant_subject",
+        "chatledger_conversations",
+        ["tenant", "subject"],
+        sqlite_where=SEALED,
+        postgresql_where=SEALED,
+    )
 
 
 def downgrade() -> None:
@@ -78,6 +87,12 @@ def downgrade() -> None:
             f"{sealed} conversations are sealed with subject keys; downgrading below 0007 "
             f"would leave them unreadable. Export them first (chatledger export)."
         )
+    op.drop_index(
+        "ix_chatledger_conversations_tenant_subject",
+        table_name="chatledger_conversations",
+        sqlite_where=SEALED,
+        postgresql_where=SEALED,
+    )
     with op.batch_alter_table("chatledger_conversations", recreate="never") as batch:
         batch.drop_column("erased_at")
         batch.drop_column("subject")

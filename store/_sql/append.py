@@ -39,7 +39,7 @@ from sqlalchemy.engine import Connection
 
 from store import _checks
 from store._checks import MAX_INT32, check_int, check_text
-from store._crypto import PLAIN, Seal
+from store._crypto import PLAIN, Seal, is_sealed, open_text, split_sealed
 from store._errors import ConflictError, InvalidInputError, NotFoundError
 from store._sql import chain as _chain
 from store._sql import entries as _entries
@@ -693,11 +693,25 @@ def key_conflict(conversation_id: str, key: str) -> ConflictError:
 
 
 def same_content(
-    written: Sequence[Event], encoded: Sequence[tuple[NewEvent, str]], run_id: str | None
+    written: Sequence[Event],
+    encoded: Sequence[tuple[NewEvent, str]],
+    run_id: str | None,
+    seal: Seal = PLAIN,
 ) -> bool:
-    """Whether `written` are exactly the events `encoded` would write (a true retry)."""
+    """Whether `written` are exactly the events `encoded` would write (a true retry).
+
+    Sealed payloads differ on every sealing (a fresh nonce): they are compared
+    opened, under the seal's key; content under another key is other content.
+    """
+    keys = {} if seal.key is None else {seal.key.key_id: seal.key}
+
+    def plain(text: str) -> str | None:
+        if not is_sealed(text):
+            return text
+        return open_text(text, keys) if split_sealed(text)[0] in keys else None
+
     return len(written) == len(encoded) and all(
-        e.payload_json == text
+        plain(e.payload_json) == plain(text)
         and e.kind == item.kind
         and e.origin == item.origin
         and e.run_id == run_id
@@ -712,6 +726,7 @@ def replayed(
     encoded: Sequence[tuple[NewEvent, str]],
     run_id: str | None,
     ids: Sequence[str] | None = None,
+    seal: Seal = PLAIN,
 ) -> Appended | None:
     """The original append of an idempotency key, if the key was used.
 
@@ -740,7 +755,7 @@ def replayed(
             break
     else:
         raise key_conflict(conv.id, key)  # no end within reach: the original was longer
-    if not same_content(original, encoded, run_id) or (
+    if not same_content(original, encoded, run_id, seal) or (
         ids is not None and [e.id for e in original[: len(ids)]] != list(ids)
     ):
         raise key_conflict(conv.id, key)
@@ -783,7 +798,7 @@ def append_messages(
     created = _create_first(conn, tenant, conversation_id, metadata, seal) if create else None
     conv = get_conversation(conn, tenant, conversation_id, lock=True)
     if idempotency_key is not None:
-        again = replayed(conn, conv, idempotency_key, encoded, run_id, ids)
+        again = replayed(conn, conv, idempotency_key, encoded, run_id, ids, seal)
         if again is not None:
             return again
     check_expected(conv, expected)

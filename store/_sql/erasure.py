@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -10,11 +12,11 @@ from sqlalchemy.engine import Connection
 from store._errors import NotFoundError
 from store._sql import append as _append
 from store._sql.dialect import db_now, for_update
-from store._sql.log import canonical_json
+from store._sql.log import canonical_json, utc
 from store._values import NewEvent
-from store.schema import conversations, subject_keys
+from store.schema import conversations, events, subject_keys
 
-__all__ = ["Erasure", "erase"]
+__all__ = ["Erasure", "erase", "erase_if_idle"]
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,44 @@ class Erasure:
 def erase(conn: Connection, tenant: str, subject: str, reason: str) -> Erasure:
     """Destroy `subject`'s data key and mark its conversations erased, recording a
     `conversation.erased` event in each, all in this one transaction."""
+    key, ids = _locked(conn, tenant, subject)
+    if key is None:
+        return _already(conn, tenant, subject, reason)
+    return _destroy(conn, tenant, subject, reason, key, ids)
+
+
+def erase_if_idle(
+    conn: Connection,
+    tenant: str,
+    subject: str,
+    reason: str,
+    *,
+    conversation_ids: list[str],
+    idle_before: datetime,
+) -> Erasure | None:
+    """`erase`, only if the subject's conversations are still exactly
+    `conversation_ids` and none has an event since `idle_before` (a retention
+    pass's plan, checked again under the erasure's locks); None: it is not due."""
+    key, ids = _locked(conn, tenant, subject)
+    if key is None:
+        return _already(conn, tenant, subject, reason)
+    if sorted(ids) != sorted(conversation_ids):
+        return None
+    latest = conn.execute(
+        sa.select(sa.func.max(events.c.recorded_at)).where(events.c.conversation_id.in_(ids))
+    ).scalar_one()
+    if latest is not None and utc(_as_time(latest)) >= idle_before:
+        return None
+    return _destroy(conn, tenant, subject, reason, key, ids)
+
+
+def _as_time(value: Any) -> datetime:
+    return datetime.fromisoformat(value) if isinstance(value, str) else value  # SQLite: text
+
+
+def _locked(conn: Connection, tenant: str, subject: str) -> tuple[str | None, list[str]]:
+    """The subject's key and its conversations not erased yet, locked in that order
+    (the order a creation under the key takes its share lock in)."""
     key = conn.execute(
         for_update(
             conn,
@@ -52,16 +92,23 @@ def erase(conn: Connection, tenant: str, subject: str, reason: str) -> Erasure:
         ).all()
         if r.erased_at is None
     ]
-    if key is None:
-        erased = conn.execute(
-            sa.select(conversations.c.id)
-            .where(conversations.c.tenant == tenant, conversations.c.subject == subject)
-            .order_by(conversations.c.id)
-        ).all()
-        if not erased:
-            raise NotFoundError("erasure subject", subject, tenant)
-        return Erasure(subject, None, [str(r.id) for r in erased], reason, already=True)
-    key_id = str(key.key_id)
+    return (None if key is None else str(key.key_id)), ids
+
+
+def _already(conn: Connection, tenant: str, subject: str, reason: str) -> Erasure:
+    erased = conn.execute(
+        sa.select(conversations.c.id)
+        .where(conversations.c.tenant == tenant, conversations.c.subject == subject)
+        .order_by(conversations.c.id)
+    ).all()
+    if not erased:
+        raise NotFoundError("erasure subject", subject, tenant)
+    return Erasure(subject, None, [str(r.id) for r in erased], reason, already=True)
+
+
+def _destroy(
+    conn: Connection, tenant: str, subject: str, reason: str, key_id: str, ids: list[str]
+) -> Erasure:
     payload = {"subject": subject, "keyId": key_id, "reason": reason}
     for conversation_id in ids:
         _append.append_messages(

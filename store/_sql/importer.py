@@ -32,6 +32,7 @@ from typing import Any, TextIO
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from store._crypto import is_sealed, split_sealed
 from store._sql import chain as _chain
 from store._sql import projector
 from store._sql.transfer import (
@@ -101,6 +102,7 @@ class _Import:
         self.pending: list[tuple[int, dict[str, Any], bool]] = []
         self.read = 0
         self.written = 0
+        self.keys: dict[str, bool] = {}  # data key id -> whether it may seal this tenant's content
 
     def take(self, data: dict[str, Any], line: int) -> None:
         kind = data.get("type")
@@ -293,6 +295,7 @@ class _Import:
                     f"it, was changed."
                 ),
             )
+        self._sealed_as_its_conversation(s, row["kind"], row["payload"], line)
         s.current, s.tips[bid] = bid, (position, computed)
         if (bid, position) in s.needed:
             s.needed[(bid, position)] = computed
@@ -310,6 +313,33 @@ class _Import:
             self.pending.append((line, row, minted))
             if len(self.pending) >= BATCH:
                 self.flush()
+
+    def _sealed_as_its_conversation(self, s: _Section, kind: str, text: str, line: int) -> None:
+        """Sealed content only in a sealed conversation, under its subject's key (or a key
+        that no longer exists anywhere: erased). Anything else could have a copied
+        ciphertext opened under another subject's (or tenant's) key."""
+        if kind not in ("message.recorded", "conversation.created") or not is_sealed(text):
+            return
+        subject = s.row["subject"]
+        key_id = split_sealed(text)[0]
+        if subject is not None:
+            known = self.keys.get(key_id)
+            if known is None:
+                k = subject_keys.c
+                found = self.conn.execute(
+                    sa.select(k.tenant, k.subject).where(k.key_id == key_id)
+                ).first()
+                known = found is None or (found.tenant, found.subject) == (self.tenant, subject)
+                self.keys[key_id] = known
+            if known:
+                return
+        raise ImportFileError(
+            line,
+            _edited(
+                f"A {kind} event of conversation '{s.id}' is sealed under data key '{key_id}', "
+                f"which is not the key of the conversation's subject."
+            ),
+        )
 
     def _start(self, s: _Section, bid: str, position: int, line: int) -> bytes:
         """The hash a branch's first event chains to (checking that it comes in order)."""

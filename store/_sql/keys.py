@@ -29,8 +29,11 @@ __all__ = [
     "WriteKey",
     "check_subject",
     "check_writable",
+    "hold_key",
     "insert_key",
     "keys_by_id",
+    "keys_on_postgres",
+    "keys_on_sqlite",
     "write_key",
 ]
 
@@ -112,15 +115,54 @@ def write_key(
     return WriteKey(False, subject, False, key.key_id, bytes(key.wrapped))
 
 
-def keys_by_id(conn: Connection, key_ids: Iterable[str]) -> dict[str, bytes]:
-    """The wrapped keys that still exist among `key_ids` (an erased one is absent)."""
+def keys_by_id(
+    conn: Connection, key_ids: Iterable[str], tenant: str | None = None
+) -> dict[str, bytes]:
+    """The wrapped keys that still exist among `key_ids` (an erased one is absent), of
+    `tenant` when given: a tenant's reads open only its own subjects' content."""
     wanted = sorted(set(key_ids))
-    rows = conn.execute(
-        sa.select(subject_keys.c.key_id, subject_keys.c.wrapped).where(
-            subject_keys.c.key_id.in_(wanted)
-        )
-    ).all()
+    query = sa.select(subject_keys.c.key_id, subject_keys.c.wrapped).where(
+        subject_keys.c.key_id.in_(wanted)
+    )
+    if tenant is not None:
+        query = query.where(subject_keys.c.tenant == tenant)
+    rows = conn.execute(query).all()
     return {str(r.key_id): bytes(r.wrapped) for r in rows}
+
+
+def keys_on_postgres(cursor: Any, key_ids: Iterable[str], tenant: str) -> dict[str, bytes]:
+    """`keys_by_id` on a psycopg DB-API cursor (a fast path's)."""
+    cursor.execute(
+        "SELECT key_id::text, wrapped FROM chatledger_subject_keys "
+        "WHERE key_id = ANY(%s::uuid[]) AND tenant = %s",
+        (sorted(set(key_ids)), tenant),
+    )
+    return {str(k): bytes(w) for k, w in cursor.fetchall()}
+
+
+def keys_on_sqlite(cursor: Any, key_ids: Iterable[str], tenant: str) -> dict[str, bytes]:
+    """`keys_by_id` on a sqlite3 cursor (a fast path's)."""
+    wanted = sorted(set(key_ids))
+    cursor.execute(
+        "SELECT key_id, wrapped FROM chatledger_subject_keys "
+        f"WHERE key_id IN ({', '.join('?' * len(wanted))}) AND tenant = ?",
+        [*wanted, tenant],
+    )
+    return {str(k): bytes(w) for k, w in cursor.fetchall()}
+
+
+def hold_key(conn: Connection, key_id: str) -> None:
+    """Share-lock a subject's key for this transaction; a `ConflictError` when it is gone
+    (the subject was erased since the caller read it: a retry mints a new key)."""
+    query = sa.select(subject_keys.c.key_id).where(subject_keys.c.key_id == key_id)
+    if conn.dialect.name != "sqlite":
+        query = query.with_for_update(read=True)
+    if conn.execute(query).first() is None:
+        raise ConflictError(
+            "The subject's data key was destroyed (an erasure) while this write was being "
+            "prepared; nothing was written. Retry: the retry seals under a new key.",
+            conversation_id="",
+        )
 
 
 def insert_key(
@@ -171,7 +213,12 @@ def check_writable(
     ).first()
     if row is None:
         return
-    if row.erased_at is not None:
+    if row.erased_at is not None and any(
+        item.kind in ("message.recorded", "state.changed", "run.started")
+        for item, _ in encoded
+    ):
+        # Content, state and new runs are refused; the events of a run under
+        # way (its end, its failure) are not, so a run caught by an erasure ends.
         raise ErasedError(conversation_id=conversation_id, subject=row.subject)
     sealed = row.subject is not None
     for item, text in encoded:

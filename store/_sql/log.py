@@ -22,7 +22,7 @@ from sqlalchemy.engine import Connection, Row
 from store import _checks
 from store._checks import MAX_INT32, MAX_INT64, check_choice, check_int, check_limit, json_text
 from store._crypto import PLAIN, Seal
-from store._errors import ConflictError, InvalidInputError, NotFoundError
+from store._errors import ConflictError, EncryptionError, InvalidInputError, NotFoundError
 from store._sql import chain as _chain
 from store._sql import keys as _keys
 from store._sql import projector
@@ -111,6 +111,11 @@ def encode_events(new_events: Sequence[NewEvent]) -> list[tuple[NewEvent, str]]:
             if not isinstance(item.message, Message):
                 raise InvalidInputError(
                     f"A message.recorded event needs a Message, not {type(item.message).__name__}."
+                )
+            if item.message.model_extra and "sealed" in item.message.model_extra:
+                raise InvalidInputError(
+                    "A message carries the field 'sealed', which chatledger reserves for the "
+                    "messages it stores encrypted (docs/erasure.md). Rename the field."
                 )
             text = dump_message(item.message)
         else:
@@ -281,6 +286,10 @@ def create_conversation_event(
     )
     payload = _created_payload(tenant, metadata, fork_point)
     position = parent_position + 1
+    if seal.key is not None and seal.new_key is None:
+        # The subject's key, read before this transaction: it must still exist,
+        # and an erasure of the subject waits for this creation (and then erases it).
+        _keys.hold_key(conn, seal.key.key_id)
     if seal.new_key is not None:
         new = seal.new_key
         _keys.insert_key(
@@ -516,6 +525,12 @@ def fork(
 ) -> Conversation:
     """A new conversation continuing `conversation_id` at `at`; nothing is copied."""
     source = get_conversation(conn, tenant, conversation_id)
+    if source.subject is not None and not seal.sealed and source.erased_at is None:
+        raise EncryptionError(
+            f"Conversation '{source.id}' is sealed: a fork of it continues its subject's "
+            f"content, so only a store with the key-encryption key (Store.open(kek=...) or "
+            f"CHATLEDGER_KEK) may fork it. Nothing was written."
+        )
     point = resolve_position(conn, source, at)
     return create_conversation(
         conn,

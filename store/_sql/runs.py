@@ -29,6 +29,7 @@ from store._checks import (
     check_seconds,
     check_text,
 )
+from store._crypto import PLAIN, Seal
 from store._errors import (
     ConflictError,
     InvalidInputError,
@@ -352,6 +353,7 @@ def record(
     *,
     idempotency_key: str | None = None,
     counts: dict[str, Any] | None = None,
+    seal: Seal = PLAIN,
 ) -> tuple[list[Event], RunCursor]:
     """Append a run's events after the fencing check; return them and the new cursor.
 
@@ -362,7 +364,7 @@ def record(
     if idempotency_key is not None:
         check_text(idempotency_key, "idempotency key")
         run = own_run(conn, tenant, cursor)
-        replayed = _replayed_record(conn, run, cursor, idempotency_key, encoded)
+        replayed = _replayed_record(conn, run, cursor, idempotency_key, encoded, seal)
         if replayed is not None:
             return replayed, _advanced(cursor, replayed[-1].position)
     # The fence matched the cursor's conversation and branch against the run
@@ -386,6 +388,7 @@ def _replayed_record(
     cursor: RunCursor,
     key: str,
     encoded: Sequence[tuple[NewEvent, str]],
+    seal: Seal = PLAIN,
 ) -> list[Event] | None:
     """The original `record` of an idempotency key, if the key was used.
 
@@ -416,7 +419,7 @@ def _replayed_record(
         .order_by(events.c.position)
     ).all()
     original = [_log.event_from_row(r) for r in rows]
-    if not _append.same_content(original, encoded, run.id):
+    if not _append.same_content(original, encoded, run.id, seal):
         raise _append.key_conflict(run.conversation_id, key)
     return original
 
