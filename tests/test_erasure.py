@@ -542,3 +542,23 @@ def _forged_export(text: str, victim: list[tuple[str, str]]) -> str:
     digest = hashlib.sha256("".join(line + "\n" for line in body).encode()).hexdigest()
     end = {**records[-1], "lines": len(body) + 1, "sha256": digest}
     return "".join(line + "\n" for line in [*body, json.dumps(end, separators=(",", ":"))])
+
+
+def test_a_resumed_run_of_an_erased_conversation_is_erased_with_it(sealed: Ledger) -> None:
+    from engine import RunError
+    from tests._audit_agent import wrapped_agent
+
+    with pytest.raises(RunError) as failed:
+        wrapped_agent("anthropic", fail_on=2).run(sealed, "weather?")
+    resumed = wrapped_agent("anthropic").resume(sealed, failed.value.run_id)
+    conversation_id = resumed.conversation_id
+    branches = {e.branch_id for e in sealed.events(conversation_id=conversation_id)}
+    assert len(branches) > 1  # the failed run's branch and the resume branch
+    assert all(m.content != ERASED_CONTENT for m in sealed.history(conversation_id))
+    sealed.erase(conversation_id, reason="with its resume branch")
+    messages = [
+        e.message
+        for e in sealed.events(conversation_id=conversation_id)
+        if e.kind == "message.recorded"
+    ]
+    assert messages and all(m.content == ERASED_CONTENT for m in messages)
