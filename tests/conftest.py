@@ -167,6 +167,21 @@ def empty_url(backend: str, tmp_path: Path) -> Iterator[str]:
 
 
 @pytest.fixture
+def own_database(backend: str, tmp_path: Path) -> Iterator[str]:
+    """A migrated database of this test's own on the current backend: its files
+    hold nothing of other tests, and a whole-database pass sees only its rows."""
+    if backend == "sqlite":
+        url = f"sqlite:///{tmp_path / 'own.db'}"
+    else:
+        url = create_postgres_database("chatledger_own")
+    with Store.open(url) as store:
+        store.migrate()
+    yield url
+    if backend == "postgres":
+        drop_postgres_database(url)
+
+
+@pytest.fixture
 def store(database_url: str, fast_paths: bool) -> Iterator[Store]:
     with Store.open(database_url, fast_paths=fast_paths) as opened:
         yield opened

@@ -13,7 +13,6 @@ import os
 import re
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
 import sqlalchemy as sa
@@ -32,6 +31,7 @@ from store import (
     ToolCall,
 )
 from store._crypto import ERASED_CONTENT, SEALED_PREFIX
+from tests.test_verify import triggers_off
 
 KEK = bytes(range(32))
 
@@ -265,7 +265,7 @@ def test_the_log_verifies_before_and_after_erasure_and_still_finds_tampering(
     sealed.erase(conv.id, reason="asked")
     after = sealed.verify(conv.id)
     assert after.ok and after.checked == before.checked + 1
-    with _triggers_off(sealed_store) as conn:
+    with triggers_off(sealed_store) as conn:
         seq = conn.execute(
             sa.text(
                 "SELECT seq FROM chatledger_events WHERE conversation_id = :c "
@@ -282,26 +282,6 @@ def test_the_log_verifies_before_and_after_erasure_and_still_finds_tampering(
         )
     broken = sealed.verify(conv.id)
     assert not broken.ok and broken.event_seq == seq
-
-
-@contextmanager
-def _triggers_off(store: Store) -> Iterator[sa.Connection]:
-    with store.engine.begin() as conn:
-        if conn.dialect.name == "sqlite":
-            conn.exec_driver_sql("DROP TRIGGER chatledger_events_no_update")
-            yield conn
-            conn.exec_driver_sql(
-                "CREATE TRIGGER chatledger_events_no_update BEFORE UPDATE ON chatledger_events "
-                "BEGIN SELECT RAISE(ABORT, 'append-only'); END"
-            )
-        else:
-            conn.exec_driver_sql(
-                "ALTER TABLE chatledger_events DISABLE TRIGGER chatledger_events_no_change"
-            )
-            yield conn
-            conn.exec_driver_sql(
-                "ALTER TABLE chatledger_events ENABLE TRIGGER chatledger_events_no_change"
-            )
 
 
 def test_forks_of_the_subject_are_erased_with_it_and_others_keep_their_own(

@@ -19,7 +19,6 @@ import sqlite3
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from contextlib import redirect_stdout
 from pathlib import Path
 
@@ -31,7 +30,7 @@ from engine.cli import main
 from store import ErasedError, Message, Store
 from store._crypto import ERASED_CONTENT
 from store._sql import migrate as _migrate
-from tests.conftest import _libpq, create_postgres_database, drop_postgres_database
+from tests.conftest import _libpq
 from tests.test_upgrade import written_at_0002  # noqa: F401 (a fixture)
 
 KEK = bytes(range(32, 64))
@@ -89,20 +88,6 @@ def _postgres_files(url: str) -> tuple[bytes, bytes]:
                 conn.execute("SELECT pg_read_binary_file(%s)", (f"pg_wal/{entry}",)).fetchone()[0]
             )
     return b"".join(bytes(c) for c in chunks), b"".join(bytes(c) for c in wal)
-
-
-@pytest.fixture
-def own_database(backend: str, tmp_path: Path) -> Iterator[str]:
-    """A database of this test's own: its files hold nothing of other tests."""
-    if backend == "sqlite":
-        url = f"sqlite:///{tmp_path / 'erasure.db'}"
-    else:
-        url = create_postgres_database("chatledger_erasure")
-    with Store.open(url) as store:
-        store.migrate()
-    yield url
-    if backend == "postgres":
-        drop_postgres_database(url)
 
 
 def test_no_plaintext_and_no_wrapped_key_remain_in_the_files_after_erasure(

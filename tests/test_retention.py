@@ -24,7 +24,6 @@ from engine.cli import main
 from store import ErasedError, InvalidInputError, Ledger, Message, Store
 from store._crypto import ERASED_CONTENT
 from store._retention import export_path
-from tests.conftest import create_postgres_database, drop_postgres_database
 
 KEK = bytes(range(96, 128))
 ROOT = Path(__file__).resolve().parent.parent
@@ -124,19 +123,6 @@ def test_export_erase_archives_each_conversation_before_erasing_it(
                 copy.import_file(source)
             assert copy.history(conversation_id)[0].content == text
             assert copy.verify(conversation_id).ok
-
-
-@pytest.fixture
-def own_database(backend: str, tmp_path: Path) -> Iterator[str]:
-    if backend == "sqlite":
-        url = f"sqlite:///{tmp_path / 'retention.db'}"
-    else:
-        url = create_postgres_database("chatledger_retention")
-    with Store.open(url) as store:
-        store.migrate()
-    yield url
-    if backend == "postgres":
-        drop_postgres_database(url)
 
 
 def test_a_pass_killed_halfway_leaves_a_verifiable_store_and_finishes_when_run_again(
