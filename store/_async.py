@@ -269,6 +269,10 @@ class AsyncStore:
         """See `Store.verify`."""
         return await self.execute(self._ops.verify(progress, recompute))
 
+    async def rotate_kek(self, new: KeyEncryptionKey | bytes) -> int:
+        """See `Store.rotate_kek`."""
+        return await self.execute(self._ops.rotate_kek(self._sealer, new))
+
     async def check_schema(self) -> None:
         """See `Store.check_schema`."""
         await self.execute(self._ops.check_schema())

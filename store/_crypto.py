@@ -351,6 +351,16 @@ class Sealer:
         self._remember(self._unwrapped, wrapped, key)
         return Seal(key, subject, NewKey(key_id, tenant, subject, self.kek.id, wrapped))
 
+    def unwrap_under(self, kek_id: str, wrapped: bytes) -> bytes:
+        """A data key's secret, unwrapped by this store's key-encryption key, which must
+        be the one that wrapped it (`kek_id`)."""
+        if kek_id != self.kek.id:
+            raise EncryptionError(
+                f"A data key is wrapped by key-encryption key '{kek_id}', and this store holds "
+                f"'{self.kek.id}'. Open the store with the key that wrapped it to rotate."
+            )
+        return self.kek.unwrap(wrapped)
+
     def open_texts(
         self, texts: Sequence[str], fetch: Callable[[set[str]], Mapping[str, bytes]]
     ) -> list[str]:

@@ -26,7 +26,7 @@ from store._checks import (
     check_long_text,
     check_new_id,
 )
-from store._crypto import PLAIN, Seal, Sealer, is_sealed
+from store._crypto import PLAIN, KeyEncryptionKey, Seal, Sealer, is_sealed, sealer_for
 from store._errors import ConflictError, EncryptionError, InvalidInputError, SchemaError
 from store._sql import append as _append
 from store._sql import entries as _entries
@@ -730,6 +730,20 @@ class StoreOperations:
             _partitions.partition(conn, partitions)
 
         return Op("migrating the schema", write=True, fn=migrate_partitioned)
+
+    def rotate_kek(self, sealer: Sealer | None, new: KeyEncryptionKey | bytes) -> Op[int]:
+        if sealer is None:
+            raise EncryptionError(
+                "Rotating the key-encryption key needs the current one: open the store with "
+                "it (Store.open(kek=...) or CHATLEDGER_KEK), and pass the new one."
+            )
+        target = sealer_for(new)
+        assert target is not None
+        return Op(
+            "re-wrapping the data keys under a new key-encryption key",
+            write=True,
+            fn=lambda c: _keys.rewrap(c, sealer.unwrap_under, target.kek),
+        )
 
     def check_schema(self) -> Op[None]:
         return Op(

@@ -278,6 +278,18 @@ class Store:
         """
         return self.execute(self._ops.verify(progress, recompute))
 
+    def rotate_kek(self, new: KeyEncryptionKey | bytes) -> int:
+        """Re-wrap every data key under the key-encryption key `new` (32 bytes or a
+        `KeyEncryptionKey`), in one transaction; returns how many were re-wrapped.
+
+        The store must hold the current key. Afterwards, open every store with
+        `new`; once no backup you keep holds a key row wrapped by the old one,
+        destroying the old key makes erased content unreadable in those
+        backups too (docs/erasure.md, "Rotating the key-encryption key").
+        Keys already under `new` are left as they are, so a repeat is a no-op.
+        """
+        return self.execute(self._ops.rotate_kek(self._sealer, new))
+
     def check_schema(self) -> None:
         """Raise `SchemaError` unless the database is at this package's head revision."""
         self.execute(self._ops.check_schema())

@@ -158,7 +158,7 @@ def test_every_command_names_a_handler_that_exists() -> None:
         return found
 
     commands = leaves(_parser())
-    assert len(commands) == 25  # 15 commands, 4 retention actions and 6 audit questions
+    assert len(commands) == 26  # 16 commands, 4 retention actions and 6 audit questions
     for command in commands:
         assert callable(_handler(command.get_default("handler"))), command.prog
 

@@ -27,7 +27,7 @@ import pytest
 import sqlalchemy as sa
 
 from engine.cli import main
-from store import ErasedError, Message, Store
+from store import EncryptionError, ErasedError, Message, Store
 from store._crypto import ERASED_CONTENT
 from store._sql import migrate as _migrate
 from tests.conftest import _libpq
@@ -224,3 +224,30 @@ def test_an_old_database_upgrades_keeps_its_conversations_in_the_clear_and_seals
         pytest.raises(RuntimeError, match="sealed"),
     ):
         _migrate.downgrade(conn, "0006")  # erased, its events are still sealed
+
+
+def test_rotating_the_key_encryption_key_rewraps_every_data_key(
+    own_database: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    new = bytes(range(200, 232))
+    with Store.open(own_database, kek=KEK) as store:
+        kept = _write(store, "acme", "kept", subject="p1")
+        gone = _write(store, "acme", "gone", subject="p2")
+        store.tenant("acme").erase("p2", reason="before the rotation")
+        old_wrapped = _wrapped_key(store, "acme", "p1")
+    with Store.open(own_database, kek=None) as bare, pytest.raises(EncryptionError):
+        bare.rotate_kek(new)  # the current key is needed
+    monkeypatch.setenv("CHATLEDGER_KEK", KEK.hex())
+    monkeypatch.setenv("CHATLEDGER_NEW_KEK", new.hex())
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["rotate-kek", "--database-url", own_database]) == 0
+    assert "Re-wrapped 1 data keys" in out.getvalue()
+    with Store.open(own_database, kek=new) as store:
+        ledger = store.tenant("acme")
+        assert ledger.history(kept)[0].content == "question 0 kept"
+        assert ledger.history(gone)[0].content == ERASED_CONTENT
+        assert _wrapped_key(store, "acme", "p1") != old_wrapped
+        assert store.rotate_kek(new) == 0  # already under the new key
+    with Store.open(own_database, kek=KEK) as old, pytest.raises(EncryptionError):
+        old.tenant("acme").history(kept)

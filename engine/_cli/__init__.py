@@ -181,6 +181,19 @@ def _parser() -> argparse.ArgumentParser:
     _add_retention(sub, common, tenant, output)
 
     p = command(
+        "rotate-kek",
+        "_erasure:rotate_kek",
+        "re-wrap every data key under a new key-encryption key",
+        common,
+    )
+    p.description = (
+        "Re-wrap every data key under the key-encryption key in $CHATLEDGER_NEW_KEK (base64 "
+        "or hex; never on the command line), in one transaction. The store is opened with "
+        "the current key, $CHATLEDGER_KEK. Afterwards run everything with the new key; a "
+        "repeat changes nothing. See docs/erasure.md."
+    )
+
+    p = command(
         "tail",
         "_tail:tail",
         "print the tenant's events in commit order, and with --follow as they commit",

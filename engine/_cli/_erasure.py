@@ -1,10 +1,12 @@
-"""`chatledger erase`: destroy a subject's data key (docs/erasure.md)."""
+"""`chatledger erase` (destroy a subject's data key) and `chatledger rotate-kek`
+(re-wrap every data key under a new key-encryption key); docs/erasure.md."""
 
 from __future__ import annotations
 
 import argparse
+import os
 
-from engine._cli._common import open_store, print_json
+from engine._cli._common import UsageError, open_store, print_json
 
 
 def erase(args: argparse.Namespace) -> int:
@@ -32,4 +34,23 @@ def erase(args: argparse.Namespace) -> int:
         )
         for conversation_id in erasure.conversation_ids:
             print(f"  {conversation_id}")
+    return 0
+
+
+def rotate_kek(args: argparse.Namespace) -> int:
+    from store import LocalKek
+
+    text = os.environ.get("CHATLEDGER_NEW_KEK")
+    if not text:
+        raise UsageError(
+            "Set CHATLEDGER_NEW_KEK to the new key-encryption key (32 bytes, base64 or hex), "
+            "and CHATLEDGER_KEK to the current one."
+        )
+    new = LocalKek.from_text(text, what="CHATLEDGER_NEW_KEK")
+    with open_store(args) as store:
+        count = store.rotate_kek(new)
+    print(
+        f"Re-wrapped {count} data keys under key-encryption key '{new.id}'. Run every store "
+        f"with the new key from now on (CHATLEDGER_KEK)."
+    )
     return 0

@@ -20,7 +20,7 @@ from sqlalchemy.engine import Connection
 from store._checks import check_text
 from store._crypto import SEALED_PREFIX
 from store._errors import ConflictError, EncryptionError, ErasedError
-from store._sql.dialect import db_now
+from store._sql.dialect import db_now, for_update
 from store._sql.translate import unique_violation
 from store._values import NewEvent
 from store.schema import conversations, subject_keys
@@ -34,6 +34,7 @@ __all__ = [
     "keys_by_id",
     "keys_on_postgres",
     "keys_on_sqlite",
+    "rewrap",
     "write_key",
 ]
 
@@ -165,6 +166,32 @@ def hold_key(conn: Connection, key_id: str) -> None:
         )
 
 
+def rewrap(conn: Connection, unwrap: Any, new: Any) -> int:
+    """Re-wrap every data key under the key-encryption key `new` (`KeyEncryptionKey`),
+    each unwrapped by `unwrap(kek_id, wrapped)`; keys already under `new` are left
+    as they are. Returns how many were re-wrapped. One transaction: all or none."""
+    rows = conn.execute(
+        for_update(
+            conn,
+            sa.select(
+                subject_keys.c.key_id, subject_keys.c.kek_id, subject_keys.c.wrapped
+            ).order_by(subject_keys.c.key_id),
+        )
+    ).all()
+    done = 0
+    for row in rows:
+        if row.kek_id == new.id:
+            continue
+        secret = unwrap(row.kek_id, bytes(row.wrapped))
+        conn.execute(
+            subject_keys.update()
+            .where(subject_keys.c.key_id == row.key_id)
+            .values(kek_id=new.id, wrapped=new.wrap(secret))
+        )
+        done += 1
+    return done
+
+
 def insert_key(
     conn: Connection, *, key_id: str, tenant: str, subject: str, kek_id: str, wrapped: bytes
 ) -> None:
@@ -214,8 +241,7 @@ def check_writable(
     if row is None:
         return
     if row.erased_at is not None and any(
-        item.kind in ("message.recorded", "state.changed", "run.started")
-        for item, _ in encoded
+        item.kind in ("message.recorded", "state.changed", "run.started") for item, _ in encoded
     ):
         # Content, state and new runs are refused; the events of a run under
         # way (its end, its failure) are not, so a run caught by an erasure ends.
