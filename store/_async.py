@@ -22,11 +22,11 @@ from sqlalchemy.ext.asyncio import create_async_engine as sa_create_async_engine
 from store import _tail
 from store._audit import AsyncAudit
 from store._cache import MessageCache
-from store._crypto import KeyEncryptionKey, sealer_for
-from store._errors import ErasedError
+from store._crypto import KeyEncryptionKey, kek_for, sealer_for
+from store._errors import ConflictError, EncryptionError, ErasedError
 from store._ops import Operations, StoreOperations, completed
 from store._retention import RetentionReport, run_retention
-from store._sealing import Program, adrive, opening, preparing
+from store._sealing import Program, adrive, needs_opening, opening, preparing
 from store._sql.dialect import (
     WRITE,
     DriverConnections,
@@ -271,7 +271,11 @@ class AsyncStore:
 
     async def rotate_kek(self, new: KeyEncryptionKey | bytes) -> int:
         """See `Store.rotate_kek`."""
-        return await self.execute(self._ops.rotate_kek(self._sealer, new))
+        target = kek_for(new)
+        count = await self.execute(self._ops.rotate_kek(self._sealer, target))
+        assert self._sealer is not None  # rotate_kek refused a store without one
+        self._sealer.rekey(target)  # this store (and its ledgers) seals under `new` now
+        return count
 
     async def check_schema(self) -> None:
         """See `Store.check_schema`."""
@@ -295,15 +299,18 @@ class AsyncStore:
         is as there too.
         """
         seal = None
-        if op.sealing is not None and self._sealer is not None:
-            op, seal = await self._drive(preparing(self._sealer, op.sealing), connection)
+        sealer = self._sealer
+        if op.sealing is not None and sealer is not None:
+            op, seal = await self._drive(preparing(sealer, op.sealing), connection)
         try:
             done = await self._execute(op, connection)
-        except ErasedError:
-            if op.sealing is not None and self._sealer is not None:
-                self._sealer.forget(op.sealing.tenant, op.sealing.conversation_id)
+        except (ErasedError, ConflictError, EncryptionError):
+            if op.sealing is not None and sealer is not None:
+                sealer.forget(op.sealing.tenant, op.sealing.conversation_id)
             raise
-        return await self._drive(opening(self._sealer, done, seal), connection)
+        if not needs_opening(sealer, op, done):
+            return done
+        return await self._drive(opening(sealer, done, seal), connection)
 
     async def _drive(self, program: Program[T], connection: AsyncConnection | None) -> T:
         return await adrive(program, lambda op: self._execute(op, connection))

@@ -54,7 +54,9 @@ __all__ = [
     "Seal",
     "Sealer",
     "is_sealed",
+    "kek_for",
     "kek_from_env",
+    "key_id_of",
     "open_text",
     "opened",
     "sealed_key_ids",
@@ -74,7 +76,6 @@ ENV_VAR = "CHATLEDGER_KEK"
 
 _SEALED_KINDS = frozenset({"message.recorded", "conversation.created"})
 """The event kinds whose payloads are sealed: no other payload is ever opened."""
-_MESSAGE_CLEAR = ("role", "toolCallId", "toolName", "failed", "runId", "conversationId")
 _CREATED_CLEAR = ("tenant", "forkedFrom")
 _WRAP_AAD = b"chatledger data key v1"
 
@@ -216,16 +217,6 @@ class DataKey:
             ) from exc
         return plain.decode("utf-8")
 
-    def open(self, sealed: Mapping[str, Any]) -> str:
-        """The plaintext of a parsed `"sealed"` object."""
-        nonce, data = sealed.get("nonce"), sealed.get("data")
-        if not isinstance(nonce, str) or not isinstance(data, str):
-            raise EncryptionError(
-                f"Sealed content under data key '{self.key_id}' is malformed: the stored row "
-                f"was altered. Run `chatledger verify` on its conversation."
-            )
-        return self.open_parts(nonce, data)
-
 
 @dataclass(frozen=True)
 class NewKey:
@@ -261,14 +252,6 @@ class Seal:
         """The conversation row's metadata text, sealed."""
         return meta_text if self.key is None else self.key.seal(meta_text, {})
 
-    def root(self, root: tuple[str, str]) -> tuple[str, str]:
-        """A new root conversation's (metadata text, `conversation.created` payload), sealed."""
-        if self.key is None:
-            return root
-        meta_text, payload = root
-        created = NewEvent("conversation.created", origin="client")
-        return self.metadata(meta_text), _seal_event(self.key, created, payload)
-
 
 PLAIN = Seal()
 
@@ -276,8 +259,7 @@ PLAIN = Seal()
 def _seal_event(key: DataKey, item: NewEvent, text: str) -> str:
     if item.kind == "message.recorded":
         m = item.message
-        if m is None:
-            return key.seal(text, _message_clear(json.loads(text)))
+        assert m is not None  # encode_events requires it
         # The clear fields as JSON text, built directly (json.dumps of a small
         # dict costs more than the encryption): `role` is one of four words,
         # every other value goes through json.dumps.
@@ -303,14 +285,6 @@ def _seal_event(key: DataKey, item: NewEvent, text: str) -> str:
         value = json.loads(text)
         return key.seal(text, {k: value[k] for k in _CREATED_CLEAR if k in value})
     return text
-
-
-def _message_clear(value: Mapping[str, Any]) -> dict[str, Any]:
-    clear = {k: value[k] for k in _MESSAGE_CLEAR if k in value}
-    calls = value.get("toolCalls")
-    if calls:
-        clear["toolCalls"] = [{k: call[k] for k in ("id", "name") if k in call} for call in calls]
-    return clear
 
 
 class Sealer:
@@ -351,6 +325,12 @@ class Sealer:
         self._remember(self._unwrapped, wrapped, key)
         return Seal(key, subject, NewKey(key_id, tenant, subject, self.kek.id, wrapped))
 
+    def rekey(self, kek: KeyEncryptionKey) -> None:
+        """Hold `kek` from now on (after `Store.rotate_kek`), forgetting every cached key."""
+        self.kek = kek
+        self._unwrapped.clear()
+        self._writing.clear()
+
     def unwrap_under(self, kek_id: str, wrapped: bytes) -> bytes:
         """A data key's secret, unwrapped by this store's key-encryption key, which must
         be the one that wrapped it (`kek_id`)."""
@@ -366,7 +346,7 @@ class Sealer:
     ) -> list[str]:
         """`texts` with each sealed one opened (or its erased marker), the keys read by
         `fetch` (key ids -> the wrapped keys that still exist) in the caller's read."""
-        ids = {_key_id(t) for t in texts if t.startswith(SEALED_PREFIX)}
+        ids = {key_id_of(t) for t in texts if t.startswith(SEALED_PREFIX)}
         if not ids:
             return list(texts)
         wrapped = fetch(ids)
@@ -419,7 +399,7 @@ def _visit(value: Any, found: Callable[[Mapping[str, Any]], None]) -> None:
             found(sealed)
     elif isinstance(value, Event):
         if value.kind in _SEALED_KINDS and is_sealed(value.payload_json):
-            found({"key": _key_id(value.payload_json)})
+            found({"key": key_id_of(value.payload_json)})
     elif isinstance(value, list | tuple):
         for item in value:
             _visit(item, found)
@@ -566,10 +546,7 @@ def open_text(text: str, keys: Mapping[str, DataKey | None]) -> str:
     return json.dumps(marker, separators=(",", ":"), ensure_ascii=False)
 
 
-_open_text = open_text
-
-
-def _key_id(text: str) -> str:
+def key_id_of(text: str) -> str:
     """A sealed text's key id."""
     return (
         text[18:54] if text[11:18] == '"key":"' and text[54:56] == '",' else split_sealed(text)[0]
@@ -578,6 +555,18 @@ def _key_id(text: str) -> str:
 
 def _b64(data: bytes) -> str:
     return binascii.b2a_base64(data, newline=False).decode("ascii")
+
+
+def kek_for(kek: KeyEncryptionKey | bytes) -> KeyEncryptionKey:
+    """An explicit key-encryption key: 32 bytes (a `LocalKek`) or a `KeyEncryptionKey`."""
+    if isinstance(kek, bytes | bytearray):
+        return LocalKek(bytes(kek))
+    if not isinstance(kek, KeyEncryptionKey):
+        raise InvalidInputError(
+            "A key-encryption key is 32 bytes or an object with `id`, `wrap(bytes)` and "
+            "`unwrap(bytes)` (a KeyEncryptionKey)."
+        )
+    return kek
 
 
 def sealer_for(kek: KeyEncryptionKey | bytes | None) -> Sealer | None:

@@ -26,7 +26,7 @@ from store._checks import (
     check_long_text,
     check_new_id,
 )
-from store._crypto import PLAIN, KeyEncryptionKey, Seal, Sealer, is_sealed, sealer_for
+from store._crypto import PLAIN, KeyEncryptionKey, Seal, Sealer, is_sealed
 from store._errors import ConflictError, EncryptionError, InvalidInputError, SchemaError
 from store._sql import append as _append
 from store._sql import entries as _entries
@@ -305,7 +305,9 @@ class Operations:
 
         def build(seal: Seal) -> Op[Appended]:
             encoded = seal.events(clear)
-            sealed_root = None if root is None else seal.root(root)
+            # A sealed creation goes through the general path (its key is
+            # written there), so only a clear root is ever written here.
+            sealed_root = None if seal.sealed else root
             # A key minted for a new subject is written by the general path,
             # which also refuses the append when another writer created the
             # conversation (and its key) first.
@@ -731,18 +733,16 @@ class StoreOperations:
 
         return Op("migrating the schema", write=True, fn=migrate_partitioned)
 
-    def rotate_kek(self, sealer: Sealer | None, new: KeyEncryptionKey | bytes) -> Op[int]:
+    def rotate_kek(self, sealer: Sealer | None, new: KeyEncryptionKey) -> Op[int]:
         if sealer is None:
             raise EncryptionError(
                 "Rotating the key-encryption key needs the current one: open the store with "
                 "it (Store.open(kek=...) or CHATLEDGER_KEK), and pass the new one."
             )
-        target = sealer_for(new)
-        assert target is not None
         return Op(
             "re-wrapping the data keys under a new key-encryption key",
             write=True,
-            fn=lambda c: _keys.rewrap(c, sealer.unwrap_under, target.kek),
+            fn=lambda c: _keys.rewrap(c, sealer.unwrap_under, new),
         )
 
     def check_schema(self) -> Op[None]:

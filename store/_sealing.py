@@ -26,7 +26,7 @@ from store._sql import keys as _keys
 from store._sql.ops import Op, Sealing
 from store.ids import new_id
 
-__all__ = ["Program", "adrive", "drive", "opening", "preparing"]
+__all__ = ["Program", "adrive", "drive", "needs_opening", "opening", "preparing"]
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -49,6 +49,8 @@ def drive(program: Program[T], execute: Callable[[Op[Any]], Any]) -> T:
                 op = program.send(done)
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
+    finally:
+        program.close()  # interrupted (a cancellation): the program's cleanups run now
 
 
 async def adrive(program: Program[T], execute: Callable[[Op[Any]], Awaitable[Any]]) -> T:
@@ -64,6 +66,8 @@ async def adrive(program: Program[T], execute: Callable[[Op[Any]], Awaitable[Any
                 op = program.send(done)
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
+    finally:
+        program.close()
 
 
 def preparing(sealer: Sealer, s: Sealing[T]) -> Program[tuple[Op[T], Seal]]:
@@ -98,6 +102,15 @@ def _seal_of(sealer: Sealer, s: Sealing[T]) -> Program[Seal]:
     if found.key_id is not None and found.wrapped is not None:
         return Seal(sealer.data_key(found.key_id, found.wrapped), found.subject)
     return sealer.mint(s.tenant, found.subject, new_id())
+
+
+def needs_opening(sealer: Sealer | None, op: Op[Any], value: object) -> bool:
+    """Whether `value`, the result of `op`, holds sealed content to open (or, on a
+    store without a key, to refuse). A write's result on such a store is returned
+    as it is: the write committed, and raising would invite a retry."""
+    if sealer is None and op.write:
+        return False
+    return bool(sealed_key_ids(value))
 
 
 def opening(sealer: Sealer | None, value: U, seal: Seal | None = None) -> Program[U]:

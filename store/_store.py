@@ -19,11 +19,11 @@ from sqlalchemy.engine import Connection, Engine
 from store import _tail
 from store._audit import Audit
 from store._cache import MessageCache
-from store._crypto import KeyEncryptionKey, sealer_for
-from store._errors import ErasedError
+from store._crypto import KeyEncryptionKey, kek_for, sealer_for
+from store._errors import ConflictError, EncryptionError, ErasedError
 from store._ops import Operations, StoreOperations, completed
 from store._retention import RetentionReport, run_retention
-from store._sealing import drive, opening, preparing
+from store._sealing import drive, needs_opening, opening, preparing
 from store._sql.dialect import (
     DriverConnections,
     Durability,
@@ -225,7 +225,7 @@ class Store:
 
         Each subject whose conversations are all idle past its tenant's
         cutoff is exported (for `export-erase`: one file per conversation
-        under `export_dir/<tenant>/`, written whole or not at all) and then
+        under `export_dir/tenant-<tenant, percent-encoded>/`, written whole or not at all) and then
         erased; a subject with an active conversation is kept, and idle
         conversations stored in the clear are reported, never touched. Run it
         from a scheduler: a pass killed halfway finishes when run again.
@@ -288,7 +288,11 @@ class Store:
         backups too (docs/erasure.md, "Rotating the key-encryption key").
         Keys already under `new` are left as they are, so a repeat is a no-op.
         """
-        return self.execute(self._ops.rotate_kek(self._sealer, new))
+        target = kek_for(new)
+        count = self.execute(self._ops.rotate_kek(self._sealer, target))
+        assert self._sealer is not None  # rotate_kek refused a store without one
+        self._sealer.rekey(target)  # this store (and its ledgers) seals under `new` now
+        return count
 
     def check_schema(self) -> None:
         """Raise `SchemaError` unless the database is at this package's head revision."""
@@ -309,15 +313,18 @@ class Store:
             return self._execute(o, connection)
 
         seal = None
-        if op.sealing is not None and self._sealer is not None:
-            op, seal = drive(preparing(self._sealer, op.sealing), run)
+        sealer = self._sealer
+        if op.sealing is not None and sealer is not None:
+            op, seal = drive(preparing(sealer, op.sealing), run)
         try:
             done = self._execute(op, connection)
-        except ErasedError:
-            if op.sealing is not None and self._sealer is not None:
-                self._sealer.forget(op.sealing.tenant, op.sealing.conversation_id)
+        except (ErasedError, ConflictError, EncryptionError):
+            if op.sealing is not None and sealer is not None:
+                sealer.forget(op.sealing.tenant, op.sealing.conversation_id)
             raise
-        return drive(opening(self._sealer, done, seal), run)
+        if not needs_opening(sealer, op, done):
+            return done
+        return drive(opening(sealer, done, seal), run)
 
     def _execute(self, op: Op[T], connection: Connection | None) -> T:
         if connection is not None:

@@ -542,3 +542,15 @@ def test_a_resumed_run_of_an_erased_conversation_is_erased_with_it(sealed: Ledge
         if e.kind == "message.recorded"
     ]
     assert messages and all(m.content == ERASED_CONTENT for m in messages)
+
+
+def test_a_keyless_store_s_write_result_is_returned_not_refused_after_its_commit(
+    database_url: str, sealed: Ledger
+) -> None:
+    conv = sealed.create_conversation({"m": "sealed metadata"})
+    sealed.append_messages(conv.id, [Message(role="user", content="a")])
+    sealed.append_messages(conv.id, [Message(role="user", content="b")])
+    with Store.open(database_url, kek=None) as bare:
+        moved = bare.tenant(sealed.tenant).move_head(conv.id, 2)
+    assert moved.head.position > 2  # it committed, and said so
+    assert [m.content for m in sealed.history(conv.id)] == ["a"]

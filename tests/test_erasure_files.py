@@ -251,3 +251,16 @@ def test_rotating_the_key_encryption_key_rewraps_every_data_key(
         assert store.rotate_kek(new) == 0  # already under the new key
     with Store.open(own_database, kek=KEK) as old, pytest.raises(EncryptionError):
         old.tenant("acme").history(kept)
+
+
+def test_a_store_that_rotated_seals_under_the_new_key_from_then_on(own_database: str) -> None:
+    new = bytes(range(232, 256)) + bytes(8)
+    with Store.open(own_database, kek=KEK) as store:
+        before = _write(store, "acme", "before", subject="p1")
+        ledger = store.tenant("acme")  # a handle made before the rotation
+        assert store.rotate_kek(new) == 1
+        after = _write(store, "acme", "after", subject="p2")
+        assert ledger.history(before)[0].content == "question 0 before"
+    with Store.open(own_database, kek=new) as store:
+        for conversation_id, word in ((before, "before"), (after, "after")):
+            assert store.tenant("acme").history(conversation_id)[0].content == f"question 0 {word}"

@@ -289,7 +289,7 @@ def create_conversation_event(
     if seal.key is not None and seal.new_key is None:
         # The subject's key, read before this transaction: it must still exist,
         # and an erasure of the subject waits for this creation (and then erases it).
-        _keys.hold_key(conn, seal.key.key_id)
+        _keys.hold_key(conn, seal.key.key_id, conversation_id)
     if seal.new_key is not None:
         new = seal.new_key
         _keys.insert_key(
@@ -299,6 +299,7 @@ def create_conversation_event(
             subject=new.subject,
             kek_id=new.kek_id,
             wrapped=new.wrapped,
+            conversation_id=conversation_id,
         )
     (created,) = insert_events(
         conn,
