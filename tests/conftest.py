@@ -15,6 +15,9 @@ results, and the conformance suite is what holds them to it.
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -201,3 +204,27 @@ def partitioned() -> Iterator[str]:
         store.migrate(partitions=8)
     yield url
     drop_postgres_database(url)
+
+
+def kill_when_paused(module: str, *args: str) -> None:
+    """Run `python -m module args...`, wait for its line `deleting` (it then blocks,
+    inside a transaction), and SIGKILL it there; its stderr on any surprise."""
+    child = subprocess.Popen(
+        [sys.executable, "-m", module, *args],
+        cwd=Path(__file__).resolve().parent.parent,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        line = child.stdout.readline()
+        assert line == "deleting\n", child.stderr.read() if child.stderr else line
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.communicate()
+    assert child.returncode == -signal.SIGKILL

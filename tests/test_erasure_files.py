@@ -14,10 +14,7 @@ from __future__ import annotations
 
 import io
 import json
-import signal
 import sqlite3
-import subprocess
-import sys
 import uuid
 from contextlib import redirect_stdout
 from pathlib import Path
@@ -30,7 +27,7 @@ from engine.cli import main
 from store import EncryptionError, ErasedError, Message, Store
 from store._crypto import ERASED_CONTENT
 from store._sql import migrate as _migrate
-from tests.conftest import _libpq
+from tests.conftest import _libpq, kill_when_paused
 from tests.test_upgrade import written_at_0002  # noqa: F401 (a fixture)
 
 KEK = bytes(range(32, 64))
@@ -134,25 +131,8 @@ def test_a_kill_inside_the_erasure_leaves_the_store_verifiable_and_the_erasure_r
     with Store.open(own_database, kek=KEK) as store:
         ids = [_write(store, "acme", f"m{i}", subject="person-9") for i in range(3)]
         before = {cid: store.tenant("acme").history(cid) for cid in ids}
-    child = subprocess.Popen(
-        [sys.executable, "-m", "tests._erasure_child", own_database, "acme", "person-9", KEK.hex()],
-        cwd=ROOT,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert child.stdout is not None
-        line = child.stdout.readline()
-        assert line == "deleting\n", child.stderr.read() if child.stderr else line
-        child.send_signal(signal.SIGKILL)  # inside the transaction, before the key is deleted
-        child.wait(timeout=60)
-    finally:
-        if child.poll() is None:
-            child.kill()
-        child.communicate()
-    assert child.returncode == -signal.SIGKILL
+    # Killed inside the erasure's transaction, before the key is deleted.
+    kill_when_paused("tests._erasure_child", own_database, "acme", "person-9", KEK.hex())
     with Store.open(own_database, kek=KEK) as store:
         ledger = store.tenant("acme")
         assert all(v.ok for v in ledger.verify_all())

@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import io
 import json
-import signal
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from contextlib import redirect_stdout
@@ -24,6 +21,7 @@ from engine.cli import main
 from store import ErasedError, InvalidInputError, Ledger, Message, Store
 from store._crypto import ERASED_CONTENT
 from store._retention import export_path
+from tests.conftest import kill_when_paused
 
 KEK = bytes(range(96, 128))
 ROOT = Path(__file__).resolve().parent.parent
@@ -133,33 +131,14 @@ def test_a_pass_killed_halfway_leaves_a_verifiable_store_and_finishes_when_run_a
         ids = {f"person-{i}": _conversation(ledger, subject=f"person-{i}") for i in range(3)}
         ledger.set_retention(1, "export-erase")
         now = _last(ledger, ids["person-2"]) + timedelta(days=2)
-    child = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests._retention_child",
-            own_database,
-            "acme",
-            str(tmp_path / "exports"),
-            now.isoformat(),
-            KEK.hex(),
-        ],
-        cwd=ROOT,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    kill_when_paused(
+        "tests._retention_child",
+        own_database,
+        "acme",
+        str(tmp_path / "exports"),
+        now.isoformat(),
+        KEK.hex(),
     )
-    try:
-        assert child.stdout is not None
-        line = child.stdout.readline()
-        assert line == "deleting\n", child.stderr.read() if child.stderr else line
-        child.send_signal(signal.SIGKILL)
-        child.wait(timeout=60)
-    finally:
-        if child.poll() is None:
-            child.kill()
-        child.communicate()
     with Store.open(own_database, kek=KEK) as store:
         ledger = store.tenant("acme")
         assert all(v.ok for v in ledger.verify_all())
