@@ -183,28 +183,21 @@ class DataKey:
 
     def seal(self, plaintext: str, clear: Mapping[str, Any]) -> str:
         """`plaintext` sealed, as the stored JSON text (see the module docstring)."""
-        nonce = os.urandom(12)
-        data = self.aead.encrypt(nonce, plaintext.encode("utf-8"), self.key_id.encode())
-        return self.layout(self.key_id, _b64(nonce), _b64(data), clear)
+        members = json.dumps(clear, separators=(",", ":"), ensure_ascii=False)[1:-1]
+        return self.seal_text(plaintext, members)
 
     def seal_text(self, plaintext: str, clear_json: str) -> str:
-        """`seal` with the clear fields given as JSON members text (`"a":1,"b":2`)."""
+        """`seal` with the clear fields given as JSON members text (`"a":1,"b":2`).
+
+        Built as text: every part but the clear fields is an id or base64,
+        which JSON never escapes; `split_sealed` reads it back by position.
+        """
         nonce = os.urandom(12)
         data = self.aead.encrypt(nonce, plaintext.encode("utf-8"), self.key_id.encode())
         head = (
             f'{SEALED_PREFIX}"key":"{self.key_id}","nonce":"{_b64(nonce)}","data":"{_b64(data)}"}}'
         )
         return head + ("," + clear_json + "}" if clear_json else "}")
-
-    @staticmethod
-    def layout(key_id: str, nonce: str, data: str, clear: Mapping[str, Any]) -> str:
-        """The stored text of a sealed value. Built as text: every part but `clear` is
-        an id or base64, which JSON never escapes; `split_sealed` reads it back by
-        position."""
-        head = f'{SEALED_PREFIX}"key":"{key_id}","nonce":"{nonce}","data":"{data}"}}'
-        if not clear:
-            return head + "}"
-        return head + "," + json.dumps(clear, separators=(",", ":"), ensure_ascii=False)[1:]
 
     def open_parts(self, nonce: str, data: str) -> str:
         """The plaintext of a sealed value's base64 `nonce` and `data`."""
@@ -392,14 +385,14 @@ def _sealed_of_metadata(metadata: Any) -> Mapping[str, Any] | None:
     return None
 
 
-def _visit(value: Any, found: Callable[[Mapping[str, Any]], None]) -> None:
+def _visit(value: Any, found: Callable[[str], None]) -> None:
     if isinstance(value, Message):
         sealed = _sealed_of_message(value)
         if sealed is not None:
-            found(sealed)
+            found(str(sealed.get("key")))
     elif isinstance(value, Event):
         if value.kind in _SEALED_KINDS and is_sealed(value.payload_json):
-            found({"key": key_id_of(value.payload_json)})
+            found(key_id_of(value.payload_json))
     elif isinstance(value, list | tuple):
         for item in value:
             _visit(item, found)
@@ -407,7 +400,7 @@ def _visit(value: Any, found: Callable[[Mapping[str, Any]], None]) -> None:
         if isinstance(value, Conversation) and value.subject is not None:
             sealed = _sealed_of_metadata(value.metadata)
             if sealed is not None:
-                found(sealed)
+                found(str(sealed.get("key")))
         for f in dataclasses.fields(value):
             _visit(getattr(value, f.name), found)
 
@@ -415,7 +408,7 @@ def _visit(value: Any, found: Callable[[Mapping[str, Any]], None]) -> None:
 def sealed_key_ids(value: Any) -> set[str]:
     """The data keys a result holds sealed content under (empty: nothing sealed)."""
     ids: set[str] = set()
-    _visit(value, lambda sealed: ids.add(str(sealed.get("key"))))
+    _visit(value, ids.add)
     return ids
 
 
@@ -429,7 +422,7 @@ def _open(value: Any, keys: Mapping[str, DataKey | None]) -> Any:
     if isinstance(value, Message):
         if _sealed_of_message(value) is None:
             return value
-        return Message.model_validate_json(open_text(_message_text(value), keys))
+        return Message.model_validate_json(_open_message(value, keys))
     if isinstance(value, Event):
         if value.kind not in _SEALED_KINDS or not is_sealed(value.payload_json):
             return value
@@ -452,7 +445,7 @@ def _open(value: Any, keys: Mapping[str, DataKey | None]) -> Any:
         if isinstance(value, Conversation) and value.subject is not None:
             sealed = _sealed_of_metadata(value.metadata)
             if sealed is not None:
-                changes["metadata"] = json.loads(open_text(_metadata_text(sealed), keys))
+                changes["metadata"] = json.loads(_open_sealed(sealed, lambda: {}, keys))
         return dataclasses.replace(value, **changes) if changes else value
     return value
 
@@ -462,28 +455,47 @@ def _open_messages(messages: list[Message], keys: Mapping[str, DataKey | None]) 
     sealed = [i for i, m in enumerate(messages) if _sealed_of_message(m) is not None]
     if not sealed:
         return messages
-    opened_ = load_messages([open_text(_message_text(messages[i]), keys) for i in sealed])
+    opened_ = load_messages([_open_message(messages[i], keys) for i in sealed])
     out = list(messages)
     for i, m in zip(sealed, opened_, strict=True):
         out[i] = m
     return out
 
 
-def _message_text(m: Message) -> str:
-    """A parsed sealed message as the sealed text it was read from (in `seal`'s layout)."""
+def _open_message(m: Message, keys: Mapping[str, DataKey | None]) -> str:
+    """A parsed sealed message's plaintext JSON (or its erased marker)."""
     sealed = _sealed_of_message(m)
     assert sealed is not None
-    clear = m.model_dump(mode="json", by_alias=True, exclude_defaults=True)
-    clear.pop("sealed", None)
-    return DataKey.layout(
-        str(sealed.get("key")), str(sealed.get("nonce")), str(sealed.get("data")), clear
-    )
+
+    def clear() -> dict[str, Any]:
+        fields = m.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+        fields.pop("sealed", None)
+        return fields
+
+    return _open_sealed(sealed, clear, keys)
 
 
-def _metadata_text(sealed: Mapping[str, Any]) -> str:
-    return DataKey.layout(
-        str(sealed.get("key")), str(sealed.get("nonce")), str(sealed.get("data")), {}
-    )
+def _open_sealed(
+    sealed: Mapping[str, Any],
+    clear: Callable[[], dict[str, Any]],
+    keys: Mapping[str, DataKey | None],
+) -> str:
+    """A `"sealed"` object's plaintext, or the erased marker of its `clear` fields."""
+    key = keys.get(str(sealed.get("key")))
+    if key is not None:
+        return key.open_parts(str(sealed.get("nonce")), str(sealed.get("data")))
+    return _marker(clear())
+
+
+def _marker(clear: Mapping[str, Any]) -> str:
+    """The erased marker of a sealed value whose key is gone, from its clear fields."""
+    if "role" in clear:
+        marker = {**clear, "content": ERASED_CONTENT, "erased": True}
+    elif not clear:  # a metadata column
+        marker = {"erased": True}
+    else:
+        marker = {**clear, "metadata": {"erased": True}, "erased": True}
+    return json.dumps(marker, separators=(",", ":"), ensure_ascii=False)
 
 
 def _with_payload(event: Event, payload: str) -> Event:
@@ -533,17 +545,8 @@ def open_text(text: str, keys: Mapping[str, DataKey | None]) -> str:
         if key is not None:
             return key.open_parts(text[65:81], text[91:end])
     key_id, nonce, data, clear_json = split_sealed(text)
-    key = keys.get(key_id)
-    if key is not None:
-        return key.open_parts(nonce, data)
-    clear = json.loads(clear_json)
-    if "role" in clear:
-        marker = {**clear, "content": ERASED_CONTENT, "erased": True}
-    elif not clear:  # a metadata column
-        marker = {"erased": True}
-    else:
-        marker = {**clear, "metadata": {"erased": True}, "erased": True}
-    return json.dumps(marker, separators=(",", ":"), ensure_ascii=False)
+    sealed = {"key": key_id, "nonce": nonce, "data": data}
+    return _open_sealed(sealed, lambda: dict(json.loads(clear_json)), keys)
 
 
 def key_id_of(text: str) -> str:

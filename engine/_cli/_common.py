@@ -12,6 +12,8 @@ import argparse
 import functools
 import importlib
 import json
+import os
+import sys
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_TENANT",
     "EXIT_ERROR",
+    "EXIT_PIPE",
     "UsageError",
     "load_agent",
     "message_line",
@@ -34,6 +37,7 @@ __all__ = [
     "parse_time",
     "print_json",
     "print_table",
+    "reader_gone",
     "to_json",
     "where",
 ]
@@ -43,6 +47,17 @@ DEFAULT_TENANT = "default"
 
 EXIT_ERROR = 1
 """The exit status of a command that failed with a sentence on stderr."""
+
+EXIT_PIPE = 141
+"""The exit status of a command whose reader went away (`| head`): a SIGPIPE death's."""
+
+
+def reader_gone() -> int:
+    """After a `BrokenPipeError` on stdout: say nothing, keep the interpreter's last
+    flush of stdout from failing again on the way out, and return `EXIT_PIPE`."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return EXIT_PIPE
 
 
 class UsageError(ChatledgerError):

@@ -21,12 +21,11 @@ every command).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Any
 
 from engine._cli._audit import EVENT_EXCLUDE, event_row
-from engine._cli._common import open_store, print_json, to_json
+from engine._cli._common import open_store, print_json, reader_gone, to_json
 from store import Event, Page
 
 # Fixed widths: a followed tail prints rows long before it has seen them all.
@@ -41,19 +40,12 @@ _WIDTHS = {
     "what": 0,
 }
 
-# The exit status of a command whose reader went away (`| head`): a SIGPIPE death's.
-_EXIT_PIPE = 141
-
 
 def tail(args: argparse.Namespace) -> int:
     try:
         return _tail(args)
     except BrokenPipeError:
-        # The reader stopped reading; say nothing, and keep the interpreter's
-        # last flush of stdout from failing again on the way out.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return _EXIT_PIPE
+        return reader_gone()
 
 
 def _tail(args: argparse.Namespace) -> int:

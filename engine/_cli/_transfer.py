@@ -27,22 +27,22 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
-from engine._cli._common import DEFAULT_TENANT, UsageError, open_store, print_json, to_json
+from engine._cli._common import (
+    DEFAULT_TENANT,
+    UsageError,
+    open_store,
+    print_json,
+    reader_gone,
+    to_json,
+)
 from store import ExportReport, ImportReport
-
-# The exit status of a command whose reader went away (`| head`): a SIGPIPE death's.
-_EXIT_PIPE = 141
 
 
 def export(args: argparse.Namespace) -> int:
     try:
         return _export(args)
     except BrokenPipeError:
-        # The reader stopped reading; say nothing, and keep the interpreter's
-        # last flush of stdout from failing again on the way out.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return _EXIT_PIPE
+        return reader_gone()
 
 
 def _export(args: argparse.Namespace) -> int:

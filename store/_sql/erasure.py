@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -60,13 +59,9 @@ def erase_if_idle(
     latest = conn.execute(
         sa.select(sa.func.max(events.c.recorded_at)).where(events.c.conversation_id.in_(ids))
     ).scalar_one()
-    if latest is not None and utc(_as_time(latest)) >= idle_before:
+    if latest is not None and utc(latest) >= idle_before:
         return None
     return _destroy(conn, tenant, subject, reason, key, ids)
-
-
-def _as_time(value: Any) -> datetime:
-    return datetime.fromisoformat(value) if isinstance(value, str) else value  # SQLite: text
 
 
 def _locked(conn: Connection, tenant: str, subject: str) -> tuple[str | None, list[str]]:

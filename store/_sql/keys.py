@@ -55,6 +55,16 @@ class WriteKey:
     wrapped: bytes | None
 
 
+_WITH_KEY = conversations.outerjoin(
+    subject_keys,
+    sa.and_(
+        subject_keys.c.tenant == conversations.c.tenant,
+        subject_keys.c.subject == conversations.c.subject,
+    ),
+)
+"""Conversations with their subject's key (none: in the clear, or erased)."""
+
+
 def check_subject(subject: str) -> str:
     """An erasure subject: non-empty text of at most 200 characters."""
     return check_text(subject, "subject")
@@ -78,14 +88,7 @@ def write_key(
             subject_keys.c.key_id,
             subject_keys.c.wrapped,
         )
-        .select_from(conversations)
-        .outerjoin(
-            subject_keys,
-            sa.and_(
-                subject_keys.c.tenant == conversations.c.tenant,
-                subject_keys.c.subject == conversations.c.subject,
-            ),
-        )
+        .select_from(_WITH_KEY)
         .where(conversations.c.id == conversation_id, conversations.c.tenant == tenant)
     ).first()
     if found is not None:
@@ -237,14 +240,7 @@ def check_writable(
         return  # a run's own events (its end, its failure): no content, no check
     row = conn.execute(
         sa.select(conversations.c.subject, conversations.c.erased_at, subject_keys.c.key_id)
-        .select_from(conversations)
-        .outerjoin(
-            subject_keys,
-            sa.and_(
-                subject_keys.c.tenant == conversations.c.tenant,
-                subject_keys.c.subject == conversations.c.subject,
-            ),
-        )
+        .select_from(_WITH_KEY)
         .where(conversations.c.id == conversation_id)
     ).first()
     if row is None:

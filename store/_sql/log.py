@@ -75,8 +75,11 @@ _KINDS: frozenset[str] = frozenset(get_args(EventKind))
 _ORIGINS: frozenset[str] = frozenset(get_args(Origin))
 
 
-def utc(value: datetime) -> datetime:
-    """`value` as an aware UTC datetime (SQLite hands back naive UTC)."""
+def utc(value: datetime | str) -> datetime:
+    """`value` as an aware UTC datetime (SQLite hands back naive UTC, or its text form
+    from an expression such as `max()` or the clock)."""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
     return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
@@ -472,8 +475,6 @@ def _conversation_from_cursor(cursor: Any, *, parse_time: bool) -> Conversation 
     m["head_hash"] = bytes(m["head_hash"])
     if parse_time:  # SQLite holds the text `sqlite_time` writes
         m["created_at"] = datetime.fromisoformat(m["created_at"])
-        if m["erased_at"] is not None:
-            m["erased_at"] = datetime.fromisoformat(m["erased_at"])
     return conversation_of(m)
 
 

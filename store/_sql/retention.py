@@ -96,9 +96,7 @@ def get_policy(conn: Connection, tenant: str) -> RetentionPolicy | None:
 
 def clear_policy(conn: Connection, tenant: str) -> bool:
     """Remove the tenant's policy; whether it had one."""
-    done = conn.execute(
-        retention_policies.delete().where(retention_policies.c.tenant == tenant)
-    )
+    done = conn.execute(retention_policies.delete().where(retention_policies.c.tenant == tenant))
     return bool(done.rowcount)
 
 
@@ -108,17 +106,13 @@ def list_policies(conn: Connection) -> list[RetentionPolicy]:
 
 
 def _policy(m: Any) -> RetentionPolicy:
-    updated = m["updated_at"]
-    if isinstance(updated, str):  # SQLite's text form
-        updated = datetime.fromisoformat(updated)
-    return RetentionPolicy(m["tenant"], m["idle_days"], m["action"], utc(updated))
+    return RetentionPolicy(m["tenant"], m["idle_days"], m["action"], utc(m["updated_at"]))
 
 
 def plan(conn: Connection, policy: RetentionPolicy, now: datetime | None) -> RetentionPlan:
     """The subjects due under `policy` as of `now` (default: the database's clock)."""
     if now is None:
-        current = conn.execute(sa.select(db_now(conn))).scalar_one()
-        now = datetime.fromisoformat(current) if isinstance(current, str) else current
+        now = conn.execute(sa.select(db_now(conn))).scalar_one()
     cutoff = utc(now) - timedelta(days=policy.idle_days)
     # Each conversation's last event, read through its own index range.
     last = (
