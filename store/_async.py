@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TextIO, TypeVar
@@ -26,7 +27,7 @@ from store._crypto import KeyEncryptionKey, kek_for, sealer_for
 from store._errors import ConflictError, EncryptionError, ErasedError
 from store._ops import Operations, StoreOperations, completed
 from store._retention import RetentionReport, run_retention
-from store._sealing import Program, adrive, needs_opening, opening, preparing
+from store._sealing import Program, adrive, drive, needs_opening, opening, preparing
 from store._sql.dialect import (
     WRITE,
     DriverConnections,
@@ -229,7 +230,13 @@ class AsyncStore:
         dry_run: bool = False,
         now: datetime | None = None,
     ) -> RetentionReport:
-        """See `Store.run_retention`."""
+        """See `Store.run_retention`.
+
+        The pass runs in a worker thread (its export files are written and
+        synced there, not on the event loop), its operations on this loop.
+        Cancelled, it stops at its next operation; what it finished stays
+        done, and the next pass does the rest.
+        """
         program = run_retention(
             self._tenant_ops,
             tenant=tenant,
@@ -237,7 +244,19 @@ class AsyncStore:
             dry_run=dry_run,
             now=now,
         )
-        return await adrive(program, self.execute)
+        loop = asyncio.get_running_loop()
+        stopped = threading.Event()
+
+        def execute(op: Op[Any]) -> Any:
+            if stopped.is_set():
+                raise asyncio.CancelledError
+            return asyncio.run_coroutine_threadsafe(self.execute(op), loop).result()
+
+        try:
+            return await asyncio.to_thread(drive, program, execute)
+        except asyncio.CancelledError:
+            stopped.set()
+            raise
 
     def tenant(self, tenant: str) -> AsyncLedger:
         """A handle whose every operation is scoped to `tenant`."""

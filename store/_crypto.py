@@ -34,6 +34,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -301,9 +302,14 @@ class Sealer:
         self._size = cache
         self._unwrapped: OrderedDict[bytes, DataKey] = OrderedDict()
         self._writing: OrderedDict[tuple[str, str], Seal] = OrderedDict()
+        # Ops run in several threads at once (a thread-shared Store, AsyncStore's
+        # workers): the caches change under this lock, and the key-encryption
+        # key is called outside it.
+        self._lock = threading.Lock()
 
     def data_key(self, key_id: str, wrapped: bytes) -> DataKey:
-        found = self._unwrapped.get(wrapped)
+        with self._lock:
+            found = self._unwrapped.get(wrapped)
         if found is None:
             found = DataKey(key_id, _aesgcm()(self.kek.unwrap(wrapped)))
             self._remember(self._unwrapped, wrapped, found)
@@ -320,9 +326,10 @@ class Sealer:
 
     def rekey(self, kek: KeyEncryptionKey) -> None:
         """Hold `kek` from now on (after `Store.rotate_kek`), forgetting every cached key."""
-        self.kek = kek
-        self._unwrapped.clear()
-        self._writing.clear()
+        with self._lock:
+            self.kek = kek
+            self._unwrapped.clear()
+            self._writing.clear()
 
     def unwrap_under(self, kek_id: str, wrapped: bytes) -> bytes:
         """A data key's secret, unwrapped by this store's key-encryption key, which must
@@ -348,7 +355,8 @@ class Sealer:
 
     def writing(self, tenant: str, conversation_id: str) -> Seal | None:
         """The cached seal of a conversation's writes (None: not known yet)."""
-        return self._writing.get((tenant, conversation_id))
+        with self._lock:
+            return self._writing.get((tenant, conversation_id))
 
     def remember(self, tenant: str, conversation_id: str, seal: Seal) -> None:
         self._remember(
@@ -356,13 +364,15 @@ class Sealer:
         )
 
     def forget(self, tenant: str, conversation_id: str) -> None:
-        self._writing.pop((tenant, conversation_id), None)
+        with self._lock:
+            self._writing.pop((tenant, conversation_id), None)
 
     def _remember(self, cache: OrderedDict[Any, Any], key: Any, value: Any) -> None:
-        cache[key] = value
-        cache.move_to_end(key)
-        while len(cache) > self._size:
-            cache.popitem(last=False)
+        with self._lock:
+            cache[key] = value
+            cache.move_to_end(key)
+            while len(cache) > self._size:
+                cache.popitem(last=False)
 
 
 # -- opening results -------------------------------------------------------------------

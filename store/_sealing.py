@@ -13,11 +13,17 @@ faces share every rule (as they share the `Op`s).
   The keys are read from the database each time (cached unwrapped), so a
   key erased in another process is gone here at once; a write's own result
   opens with the key it just sealed under.
+
+The key-encryption key's calls (`wrap`, `unwrap`: a KMS may sit behind them)
+and the decryption of what a read returns run inside the ops' own functions,
+where the op runs: for `AsyncStore`, in its worker thread, not on the event
+loop. A write's own result opens in place with the key it sealed under (no
+key-encryption key call, no I/O, and no more than the caller just passed).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Generator, Mapping
 from typing import Any, TypeVar
 
 from store._crypto import PLAIN, DataKey, Seal, Sealer, opened, sealed_key_ids
@@ -80,28 +86,38 @@ def _seal_of(sealer: Sealer, s: Sealing[T]) -> Program[Seal]:
     cached = sealer.writing(s.tenant, s.conversation_id)
     if cached is not None:
         return cached
-    found: _keys.WriteKey = yield Op(
+    seal: Seal
+    known: bool
+    seal, known = yield Op(
         f"finding the data key of conversation '{s.conversation_id}'",
         write=False,
-        fn=lambda c: _keys.write_key(
-            c, s.tenant, s.conversation_id, source=s.source, subject=s.subject
+        fn=lambda c: _resolved(
+            sealer,
+            s,
+            _keys.write_key(c, s.tenant, s.conversation_id, source=s.source, subject=s.subject),
         ),
     )
+    if known:
+        sealer.remember(s.tenant, s.conversation_id, seal)
+    return seal
+
+
+def _resolved(sealer: Sealer, s: Sealing[Any], found: _keys.WriteKey) -> tuple[Seal, bool]:
+    """The seal a write to `s`'s conversation takes, as `found` says, and whether the
+    conversation exists (its seal can be remembered). Unwrapping or minting a key
+    calls the key-encryption key: this runs inside the op."""
     if found.exists:
         if found.subject is None:
-            seal = PLAIN
-        elif found.erased or found.key_id is None or found.wrapped is None:
+            return PLAIN, True
+        if found.erased or found.key_id is None or found.wrapped is None:
             raise ErasedError(conversation_id=s.conversation_id, subject=found.subject)
-        else:
-            seal = Seal(sealer.data_key(found.key_id, found.wrapped), found.subject)
-        sealer.remember(s.tenant, s.conversation_id, seal)
-        return seal
+        return Seal(sealer.data_key(found.key_id, found.wrapped), found.subject), True
     if not s.create:
-        return PLAIN  # the op reports the missing conversation
+        return PLAIN, False  # the op reports the missing conversation
     assert found.subject is not None
     if found.key_id is not None and found.wrapped is not None:
-        return Seal(sealer.data_key(found.key_id, found.wrapped), found.subject)
-    return sealer.mint(s.tenant, found.subject, new_id())
+        return Seal(sealer.data_key(found.key_id, found.wrapped), found.subject), False
+    return sealer.mint(s.tenant, found.subject, new_id()), False
 
 
 def needs_opening(sealer: Sealer | None, op: Op[Any], value: object) -> bool:
@@ -124,16 +140,19 @@ def opening(sealer: Sealer | None, value: U, seal: Seal | None = None) -> Progra
             "Open it with the key the content was sealed under (Store.open(kek=...) or the "
             "CHATLEDGER_KEK environment variable)."
         )
-    keys: dict[str, DataKey | None] = {}
     if seal is not None and seal.key is not None and ids == {seal.key.key_id}:
-        keys[seal.key.key_id] = seal.key
-    else:
-        wrapped: dict[str, bytes] = yield Op(
-            "reading data keys",
-            write=False,
-            fn=lambda c: _keys.keys_by_id(c, ids),
-        )
-        for key_id in ids:
-            found = wrapped.get(key_id)
-            keys[key_id] = None if found is None else sealer.data_key(key_id, found)
-    return opened(value, keys)
+        # A write's own result, under the key it was just sealed with: no I/O.
+        return opened(value, {seal.key.key_id: seal.key})
+    found: U = yield Op(
+        "opening sealed content",
+        write=False,
+        fn=lambda c: opened(value, _unwrapped(sealer, ids, _keys.keys_by_id(c, ids))),
+    )
+    return found
+
+
+def _unwrapped(
+    sealer: Sealer, ids: set[str], wrapped: Mapping[str, bytes]
+) -> dict[str, DataKey | None]:
+    """The data keys of `ids` that still exist (None: erased), unwrapped."""
+    return {i: (sealer.data_key(i, wrapped[i]) if i in wrapped else None) for i in ids}
