@@ -38,10 +38,11 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from store._errors import EncryptionError, InvalidInputError
-from store._values import Conversation, Event, NewEvent
+from store._values import Conversation, Event, NewEvent, Position
 from store.messages import Message, load_messages
 
 __all__ = [
@@ -395,7 +396,21 @@ def _sealed_of_metadata(metadata: Any) -> Mapping[str, Any] | None:
     return None
 
 
+_LEAVES = (str, int, float, bytes, datetime, Position)
+"""Values that hold no sealed content: `_visit` stops at them first."""
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return names
+
+
 def _visit(value: Any, found: Callable[[str], None]) -> None:
+    if value is None or isinstance(value, _LEAVES):
+        return
     if isinstance(value, Message):
         sealed = _sealed_of_message(value)
         if sealed is not None:
@@ -411,8 +426,8 @@ def _visit(value: Any, found: Callable[[str], None]) -> None:
             sealed = _sealed_of_metadata(value.metadata)
             if sealed is not None:
                 found(str(sealed.get("key")))
-        for f in dataclasses.fields(value):
-            _visit(getattr(value, f.name), found)
+        for name in _field_names(type(value)):
+            _visit(getattr(value, name), found)
 
 
 def sealed_key_ids(value: Any) -> set[str]:
