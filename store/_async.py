@@ -39,6 +39,7 @@ from store._sql.dialect import (
     sync_driver_url,
 )
 from store._sql.erasure import Erasure
+from store._sql.native import AsyncDriverConnections
 from store._sql.ops import Op, general, in_transaction, run_fast
 from store._sql.pages import DEFAULT_LIMIT, Page
 from store._sql.replicas import Replicas, check_replicas
@@ -78,14 +79,16 @@ class AsyncStore:
     """The async face of `Store`: the same operations, as coroutines.
 
     A store that `open` made its engine for also makes a synchronous engine on
-    the same database (sqlite3, or psycopg 3 in its sync mode) and runs the
-    plain-SQL forms of the hot operations on that engine's driver connections
-    (`DriverConnections`, as `Store` does), each in a worker thread
-    (`asyncio.to_thread`): one thread hop per operation, where aiosqlite
-    takes one per statement (several times the cost of a SQLite append) and
-    psycopg's async mode a pool checkout and `run_sync`'s greenlet. Every
-    other operation, and a fast form that declines, runs the general path on
-    that synchronous engine's pool, in the same single thread hop (ADR 0015).
+    the same database (sqlite3, or psycopg 3 in its sync mode). On Postgres
+    it runs the plain-SQL forms of the hot operations on psycopg async
+    connections of its own, on the event loop, with no thread hop
+    (`AsyncDriverConnections`, ADR 0026); on SQLite, and on a store with a
+    key-encryption key (whose calls must stay off the loop), on that
+    synchronous engine's driver connections (`DriverConnections`, as `Store`
+    does), each in a worker thread (`asyncio.to_thread`): one thread hop per
+    operation, where aiosqlite takes one per statement. Every other
+    operation, and a fast form that declines, runs the general path on that
+    synchronous engine's pool, in one thread hop (ADR 0015).
 
     A store on a caller's `AsyncEngine` (`open(engine=...)`) runs every
     operation through that engine, as before: a second engine could not
@@ -115,6 +118,8 @@ class AsyncStore:
         # Set by `open` when it creates the engine (see the class docstring).
         self._sync_engine: Engine | None = None
         self._driver: DriverConnections | None = None
+        # Postgres: the fast paths on psycopg's async connections, on the loop.
+        self._native: AsyncDriverConnections | None = None
         self._replicas: Replicas | None = None
         # Wakes tails after writes (Postgres; see `Store.open`): on a connection
         # made as the engine makes them (`open` gives the store a sync twin of
@@ -180,6 +185,10 @@ class AsyncStore:
         )
         if sibling is not None:
             store._sync_engine, store._driver = sibling, DriverConnections(sibling)
+            # Not with a key-encryption key: a head read opens what it reads inside
+            # its fast path, and the key's calls (a KMS) must stay off the loop.
+            if not store._sqlite and store._sealer is None:
+                store._native = AsyncDriverConnections(engine)
             if store._notifier is not None:
                 store._notifier = Notifier(connector(sibling))
         if replica_urls:
@@ -196,6 +205,8 @@ class AsyncStore:
         """Release the connection pools (of the engines this store created)."""
         if self._notifier is not None:
             self._notifier.close(wait=False)  # no thread hop: the loop's executor may be shut
+        if self._native is not None:
+            await self._native.close()
         if self._driver is not None:
             self._driver.close()
         if self._replicas is not None:
@@ -304,13 +315,16 @@ class AsyncStore:
         """Run one operation in its own transaction: the tiers of `Store.execute`.
 
         Its plain-SQL form, when it has one for this database, runs on a
-        driver connection of the store's own in a worker thread; the rest
-        runs on the async engine through `run_sync`. When the awaiting task
-        is cancelled while the thread runs, the thread still finishes the
-        operation's transaction, committed or rolled back as it would have
-        been; whether an in-flight commit took effect is then unknown to
-        the caller, as for any commit cut off, and an idempotency key is
-        how to retry it safely.
+        connection of the store's own (see the class docstring); the rest
+        runs in a worker thread on the store's synchronous engine, or on a
+        caller's async engine through `run_sync`. When the awaiting task is
+        cancelled while a worker thread runs the operation, the thread still
+        finishes its transaction, committed or rolled back as it would have
+        been. When it is cancelled while a Postgres fast path's statement runs
+        on the loop, psycopg cancels the statement in the server, which rolls
+        it back unless it had already committed. Either way, whether an
+        in-flight commit took effect is then unknown to the caller, as for any
+        commit cut off, and an idempotency key is how to retry it safely.
 
         With `connection`, run its general path inside the caller's
         transaction on that connection instead. An operation that tolerates
@@ -355,7 +369,12 @@ class AsyncStore:
         driver = self._driver
         direct = (op.sqlite if self._sqlite else op.postgres) if fast else None
         tried = False
-        if direct is not None and driver is not None:
+        if direct is not None and self._native is not None:
+            with translating(op.action):
+                tried, done = await self._native.run(direct)
+            if done is not None:
+                return done
+        if direct is not None and driver is not None and not tried:
             with translating(op.action):
                 ran: tuple[bool, T | None] = await asyncio.to_thread(driver.run, op.write, direct)
             tried, done = ran

@@ -62,11 +62,15 @@ async def test_async_concurrent_appends_conflict_cleanly(database_url: str) -> N
 async def test_a_cancelled_append_is_still_committed_by_its_worker_thread(
     postgres_url: str,
 ) -> None:
-    # The fast path's thread cannot be stopped mid-transaction, so it finishes it.
-    async with AsyncStore.open(postgres_url) as store:
+    # A store with a key-encryption key runs its fast paths in a worker thread
+    # (ADR 0026), which cannot be stopped mid-transaction, so it finishes it.
+    async with AsyncStore.open(postgres_url, kek=bytes(32)) as store:
         tenant = f"async-{uuid.uuid4().hex[:8]}"
         ledger = store.tenant(tenant)
         conv = await ledger.create_conversation()
+        # The store knows the conversation's key from here on: the append below
+        # is one operation, the one the lock holds up.
+        await ledger.append_messages(conv.id, [Message(role="user", content="before")])
         with psycopg.connect(_libpq(postgres_url), autocommit=True) as admin:
             with admin.transaction():
                 # The append waits for this lock, so it is cancelled mid-transaction.
@@ -80,9 +84,38 @@ async def test_a_cancelled_append_is_still_committed_by_its_worker_thread(
                     await append
             # Waits for the worker threads, the append's among them.
             await asyncio.get_running_loop().shutdown_default_executor()
-    with Store.open(postgres_url) as sync_store:
+    with Store.open(postgres_url, kek=bytes(32)) as sync_store:
         history = sync_store.tenant(tenant).history(conv.id)
-    assert [m.content for m in history] == ["during"]
+    assert [m.content for m in history] == ["before", "during"]
+
+
+async def test_a_cancelled_append_on_the_loop_is_cancelled_in_the_server(
+    postgres_url: str,
+) -> None:
+    # Without a key, the Postgres fast paths run on the event loop (ADR 0026):
+    # cancelling the task cancels the statement in the server (psycopg sends
+    # the cancel request), so an append still waiting writes nothing, and the
+    # store goes on.
+    async with AsyncStore.open(postgres_url) as store:
+        tenant = f"async-{uuid.uuid4().hex[:8]}"
+        ledger = store.tenant(tenant)
+        conv = await ledger.create_conversation()
+        with (
+            psycopg.connect(_libpq(postgres_url), autocommit=True) as admin,
+            admin.transaction(),
+        ):
+            admin.execute("LOCK TABLE chatledger_conversations IN ACCESS EXCLUSIVE MODE")
+            append = asyncio.create_task(
+                ledger.append_messages(conv.id, [Message(role="user", content="during")])
+            )
+            await asyncio.to_thread(waiting_for_lock, admin)
+            append.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await append
+        assert await ledger.history(conv.id) == []
+        await ledger.append_messages(conv.id, [Message(role="user", content="after")])
+        assert [m.content for m in await ledger.history(conv.id)] == ["after"]
+        assert (await ledger.verify(conv.id)).ok
 
 
 # -- The store's own operations, on the async face -----------------------------

@@ -134,8 +134,10 @@ async def test_the_async_chat_loop_runs_on_driver_connections_of_the_stores_own(
         async with AsyncStore.open(database_url, fast_paths=False) as general:
             general_steps, general_loop = await async_chat_loop(general, tenant)
     assert fast_steps == general_steps
-    # The fast store opened a connection of the synchronous driver, and its
-    # chat loop ran on it: no append or head read took one from a pool.
+    # The fast store's chat loop ran on connections of its own (the synchronous
+    # driver's on SQLite; psycopg's async ones on Postgres, see
+    # tests/test_native_connections.py): no append or head read took one from
+    # a pool. Its other operations ran on the synchronous driver.
     assert any(isinstance(c, SYNC_DRIVERS) for c in fast_taken)
     assert fast_loop == []
     # The general path takes a pooled connection of the store's own sync
