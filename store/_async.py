@@ -2,16 +2,18 @@
 
 They run the very `Op`s of the sync face, so every rule has one
 implementation; only the signatures are written twice, and
-`tests/test_faces.py` holds them equal. The plain-SQL forms run on the sync
-face's driver connections in a worker thread, the rest through SQLAlchemy's
-`run_sync` (docs/adr/0015-async-fast-paths.md).
+`tests/test_faces.py` holds them equal. On Postgres the plain-SQL forms run
+on psycopg async connections of the store's own, on the event loop
+(docs/adr/0026-async-fast-paths-on-the-loop.md); on SQLite, and with a
+key-encryption key, on the sync face's driver connections in a worker thread;
+the rest in a worker thread on the store's sync engine, or through
+SQLAlchemy's `run_sync` on a caller's engine (docs/adr/0015-async-fast-paths.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import threading
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TextIO, TypeVar
@@ -27,7 +29,7 @@ from store._crypto import KeyEncryptionKey, kek_for, sealer_for
 from store._errors import ConflictError, EncryptionError, ErasedError
 from store._ops import Operations, StoreOperations, completed
 from store._retention import RetentionReport, run_retention
-from store._sealing import Program, adrive, drive, needs_opening, opening, preparing
+from store._sealing import Program, adrive, needs_opening, opening, preparing
 from store._sql.dialect import (
     WRITE,
     DriverConnections,
@@ -241,13 +243,8 @@ class AsyncStore:
         dry_run: bool = False,
         now: datetime | None = None,
     ) -> RetentionReport:
-        """See `Store.run_retention`.
-
-        The pass runs in a worker thread (its export files are written and
-        synced there, not on the event loop), its operations on this loop.
-        Cancelled, it stops at its next operation; what it finished stays
-        done, and the next pass does the rest.
-        """
+        """See `Store.run_retention`. Its export files are written and synced in a
+        worker thread, not on the event loop."""
         program = run_retention(
             self._tenant_ops,
             tenant=tenant,
@@ -255,19 +252,7 @@ class AsyncStore:
             dry_run=dry_run,
             now=now,
         )
-        loop = asyncio.get_running_loop()
-        stopped = threading.Event()
-
-        def execute(op: Op[Any]) -> Any:
-            if stopped.is_set():
-                raise asyncio.CancelledError
-            return asyncio.run_coroutine_threadsafe(self.execute(op), loop).result()
-
-        try:
-            return await asyncio.to_thread(drive, program, execute)
-        except asyncio.CancelledError:
-            stopped.set()
-            raise
+        return await adrive(program, self.execute)
 
     def tenant(self, tenant: str) -> AsyncLedger:
         """A handle whose every operation is scoped to `tenant`."""
@@ -321,10 +306,13 @@ class AsyncStore:
         cancelled while a worker thread runs the operation, the thread still
         finishes its transaction, committed or rolled back as it would have
         been. When it is cancelled while a Postgres fast path's statement runs
-        on the loop, psycopg cancels the statement in the server, which rolls
-        it back unless it had already committed. Either way, whether an
-        in-flight commit took effect is then unknown to the caller, as for any
-        commit cut off, and an idempotency key is how to retry it safely.
+        on the loop, psycopg asks the server to cancel the statement, which
+        rolls it back unless it had already committed; if that request is
+        itself interrupted (a second cancellation) or goes unanswered,
+        psycopg closes the connection and the statement may still complete.
+        Either way, whether an in-flight commit took effect is then unknown
+        to the caller, as for any commit cut off, and an idempotency key is
+        how to retry it safely.
 
         With `connection`, run its general path inside the caller's
         transaction on that connection instead. An operation that tolerates

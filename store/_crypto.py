@@ -320,10 +320,11 @@ class Sealer:
         """A new data key for `subject`, to be written with its first conversation."""
         aesgcm = _aesgcm()
         secret = aesgcm.generate_key(bit_length=256)
-        wrapped = self.kek.wrap(secret)
+        kek = self.kek  # once: a `rekey` meanwhile must not pair one's id with the other's bytes
+        wrapped = kek.wrap(secret)
         key = DataKey(key_id, aesgcm(secret))
         self._remember(self._unwrapped, wrapped, key)
-        return Seal(key, subject, NewKey(key_id, tenant, subject, self.kek.id, wrapped))
+        return Seal(key, subject, NewKey(key_id, tenant, subject, kek.id, wrapped))
 
     def rekey(self, kek: KeyEncryptionKey) -> None:
         """Hold `kek` from now on (after `Store.rotate_kek`), forgetting every cached key."""

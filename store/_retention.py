@@ -19,11 +19,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 from urllib.parse import quote
 
 from store._errors import ChatledgerError, InvalidInputError
-from store._sealing import Program
+from store._sealing import Blocking, Program
 from store._sql import erasure as _erasure
 from store._sql import retention as _retention
 from store._sql.ops import Op
@@ -159,18 +159,39 @@ def _apply(
 
 def _export(ops: Operations, conversation_id: str, path: Path) -> Program[None]:
     """Export one conversation to `path`, whole or not at all: written aside, synced,
-    renamed into place, and the directory synced."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, aside = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    renamed into place, and the directory synced. The file work is `Blocking`
+    (`AsyncStore` does it in a worker thread)."""
+    out, aside = yield Blocking(lambda: _open_aside(path))
     try:
-        with os.fdopen(handle, "w", encoding="utf-8", newline="") as out:
+        with out:
             yield ops.export(out, conversation_id, None)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(aside, path)
+            yield Blocking(lambda: _sync(out))
+        yield Blocking(lambda: _publish(aside, path))
     except BaseException:
         Path(aside).unlink(missing_ok=True)
         raise
+
+
+def _open_aside(path: Path) -> tuple[TextIO, str]:
+    """A new file beside `path`, open for writing, and its name."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, aside = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        return os.fdopen(handle, "w", encoding="utf-8", newline=""), aside
+    except BaseException:
+        os.close(handle)
+        Path(aside).unlink(missing_ok=True)
+        raise
+
+
+def _sync(out: TextIO) -> None:
+    out.flush()
+    os.fsync(out.fileno())
+
+
+def _publish(aside: str, path: Path) -> None:
+    """Rename `aside` into place at `path`, and sync the directory."""
+    os.replace(aside, path)
     directory = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(directory)

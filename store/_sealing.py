@@ -1,6 +1,7 @@
 """Sealing around an operation: the key a write seals under, and opening results.
 
-Both are small programs that yield the `Op`s they need run (a key lookup)
+Both are small programs that yield the steps they need run (an `Op`, a key
+lookup; or `Blocking` work, the key-encryption key's calls and decryption)
 and return what the caller runs next or gets back; `Store.execute` drives
 them with its own `execute`, `AsyncStore.execute` with `await`, so the two
 faces share every rule (as they share the `Op`s).
@@ -15,16 +16,20 @@ faces share every rule (as they share the `Op`s).
   opens with the key it just sealed under.
 
 The key-encryption key's calls (`wrap`, `unwrap`: a KMS may sit behind them)
-and the decryption of what a read returns run inside the ops' own functions,
-where the op runs: for `AsyncStore`, in its worker thread, not on the event
-loop. A write's own result opens in place with the key it sealed under (no
+and the decryption of what a read returns are `Blocking` steps, run after
+the op that read the keys has ended its transaction (a slow KMS holds no
+connection) and, by `AsyncStore`, in a worker thread, not on the event loop.
+A write's own result opens in place with the key it sealed under (no
 key-encryption key call, no I/O, and no more than the caller just passed).
+A head read opens what it reads inside its own fast path (`store._ops`).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable, Generator, Mapping
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from store._crypto import PLAIN, DataKey, Seal, Sealer, opened, sealed_key_ids
 from store._errors import EncryptionError, ErasedError
@@ -32,13 +37,22 @@ from store._sql import keys as _keys
 from store._sql.ops import Op, Sealing
 from store.ids import new_id
 
-__all__ = ["Program", "adrive", "drive", "needs_opening", "opening", "preparing"]
+__all__ = ["Blocking", "Program", "adrive", "drive", "needs_opening", "opening", "preparing"]
 
 T = TypeVar("T")
 U = TypeVar("U")
 
-Program = Generator[Op[Any], Any, T]
-"""Yields the ops it needs run, receives each one's result, returns its own."""
+@dataclass(frozen=True)
+class Blocking(Generic[T]):
+    """A step of a program that needs no database but may block (a KMS call, file
+    syncs, decrypting many messages): `drive` runs it in place, `adrive` in a
+    worker thread."""
+
+    fn: Callable[[], T]
+
+
+Program = Generator["Op[Any] | Blocking[Any]", Any, T]
+"""Yields the steps it needs run, receives each one's result, returns its own."""
 
 
 def drive(program: Program[T], execute: Callable[[Op[Any]], Any]) -> T:
@@ -48,7 +62,7 @@ def drive(program: Program[T], execute: Callable[[Op[Any]], Any]) -> T:
         op = next(program)
         while True:
             try:
-                done = execute(op)
+                done = op.fn() if isinstance(op, Blocking) else execute(op)
             except Exception as error:
                 op = program.throw(error)
             else:
@@ -60,12 +74,15 @@ def drive(program: Program[T], execute: Callable[[Op[Any]], Any]) -> T:
 
 
 async def adrive(program: Program[T], execute: Callable[[Op[Any]], Awaitable[Any]]) -> T:
-    """`drive`, awaiting each op."""
+    """`drive`, awaiting each op, and each `Blocking` step in a worker thread."""
     try:
         op = next(program)
         while True:
             try:
-                done = await execute(op)
+                if isinstance(op, Blocking):
+                    done = await asyncio.to_thread(op.fn)
+                else:
+                    done = await execute(op)
             except Exception as error:
                 op = program.throw(error)
             else:
@@ -86,17 +103,16 @@ def _seal_of(sealer: Sealer, s: Sealing[T]) -> Program[Seal]:
     cached = sealer.writing(s.tenant, s.conversation_id)
     if cached is not None:
         return cached
-    seal: Seal
-    known: bool
-    seal, known = yield Op(
+    found: _keys.WriteKey = yield Op(
         f"finding the data key of conversation '{s.conversation_id}'",
         write=False,
-        fn=lambda c: _resolved(
-            sealer,
-            s,
-            _keys.write_key(c, s.tenant, s.conversation_id, source=s.source, subject=s.subject),
+        fn=lambda c: _keys.write_key(
+            c, s.tenant, s.conversation_id, source=s.source, subject=s.subject
         ),
     )
+    seal: Seal
+    known: bool
+    seal, known = yield Blocking(lambda: _resolved(sealer, s, found))
     if known:
         sealer.remember(s.tenant, s.conversation_id, seal)
     return seal
@@ -105,7 +121,7 @@ def _seal_of(sealer: Sealer, s: Sealing[T]) -> Program[Seal]:
 def _resolved(sealer: Sealer, s: Sealing[Any], found: _keys.WriteKey) -> tuple[Seal, bool]:
     """The seal a write to `s`'s conversation takes, as `found` says, and whether the
     conversation exists (its seal can be remembered). Unwrapping or minting a key
-    calls the key-encryption key: this runs inside the op."""
+    calls the key-encryption key: a `Blocking` step."""
     if found.exists:
         if found.subject is None:
             return PLAIN, True
@@ -143,11 +159,10 @@ def opening(sealer: Sealer | None, value: U, seal: Seal | None = None) -> Progra
     if seal is not None and seal.key is not None and ids == {seal.key.key_id}:
         # A write's own result, under the key it was just sealed with: no I/O.
         return opened(value, {seal.key.key_id: seal.key})
-    found: U = yield Op(
-        "opening sealed content",
-        write=False,
-        fn=lambda c: opened(value, _unwrapped(sealer, ids, _keys.keys_by_id(c, ids))),
+    wrapped: dict[str, bytes] = yield Op(
+        "reading data keys", write=False, fn=lambda c: _keys.keys_by_id(c, ids)
     )
+    found: U = yield Blocking(lambda: opened(value, _unwrapped(sealer, ids, wrapped)))
     return found
 
 

@@ -9,9 +9,11 @@ AES-GCM, real files) and fail if one ran on the loop's thread.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -125,3 +127,31 @@ async def test_an_async_retention_pass_writes_and_syncs_its_exports_off_the_loop
         assert Path(outcome.exported[0]).stat().st_size > 0
     assert len(synced) == 2  # the file, then its directory
     assert loop_thread not in synced
+
+
+async def test_a_retention_pass_needs_no_more_than_one_worker_thread(
+    database_url: str, tmp_path: Path
+) -> None:
+    # Its blocking steps take a worker thread each in turn, and never wait for
+    # another one: passes side by side on a one-thread executor all finish.
+    asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(1))
+    async with AsyncStore.open(database_url, kek=KEK) as sealed:
+        tenants = [sealed.tenant(f"t-{uuid.uuid4().hex[:8]}") for _ in range(3)]
+        now = None
+        for ledger in tenants:
+            conv = await ledger.create_conversation()
+            await ledger.append_messages(conv.id, [Message(role="user", content="words")])
+            await ledger.set_retention(1, "export-erase")
+            last = (await ledger.events(conversation_id=conv.id))[-1].recorded_at
+            now = max(now or last, last)
+        assert now is not None
+        passes = [
+            sealed.run_retention(
+                tenant=ledger.tenant, export_dir=tmp_path / "exports", now=now + timedelta(days=2)
+            )
+            for ledger in tenants
+        ]
+        # A deadlock would hang here: fail after a minute instead.
+        reports = await asyncio.wait_for(asyncio.gather(*passes), timeout=60)
+    assert [len(r.subjects) for r in reports] == [1, 1, 1]
+    assert all(r.subjects[0].erased for r in reports)

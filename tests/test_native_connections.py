@@ -17,12 +17,11 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
-from sqlalchemy.util import await_only
 
 import store._async
 from store import AsyncStore, Message
 from store._sql.dialect import normalize_url
-from store._sql.native import AsyncDriverConnections
+from store._sql.native import AsyncDriverConnections, await_only
 from tests.conftest import _libpq, postgres_admin_url
 from tests.test_driver_connections import end_session
 
@@ -132,26 +131,33 @@ async def test_a_connection_that_cannot_be_opened_fails_wrapped_as_the_pool_repo
         await engine.dispose()
 
 
-async def _wait_until_running(postgres_url: str, pid: int) -> None:
-    """Until the session `pid` is inside its `pg_sleep` (a condition read from the
-    server, each check a round trip)."""
+async def _wait_for_session(postgres_url: str, pid: int, running: bool) -> None:
+    """Until the session `pid` is (`running`) or is no longer inside its `pg_sleep`,
+    a condition read from the server, each check a round trip; 30 s at most."""
     async with await psycopg.AsyncConnection.connect(
         _libpq(postgres_url), autocommit=True
     ) as admin:
-        while True:
+        deadline = asyncio.get_running_loop().time() + 30
+        while asyncio.get_running_loop().time() < deadline:
             row = await (
                 await admin.execute(
-                    "SELECT state, query FROM pg_stat_activity WHERE pid = %s", [pid]
+                    "SELECT state = 'active' AND query LIKE '%%pg_sleep%%' "
+                    "FROM pg_stat_activity WHERE pid = %s",
+                    [pid],
                 )
             ).fetchone()
-            if row is not None and row[0] == "active" and "pg_sleep" in row[1]:
+            if bool(row is not None and row[0]) == running:
                 return
+    raise AssertionError(f"session {pid} never {'began' if running else 'left'} its pg_sleep")
 
 
-async def test_an_operation_cancelled_mid_statement_closes_its_connection(
+async def test_an_operation_cancelled_mid_statement_is_cancelled_in_the_server(
     engine: AsyncEngine, postgres_url: str
 ) -> None:
     connections = AsyncDriverConnections(engine)
+    # Two connections, both idle afterwards (the runs overlap at their awaits).
+    warm = {pid for _, pid in await asyncio.gather(connections.run(_pid), connections.run(_pid))}
+    assert len(warm) == 2
     started: asyncio.Future[int] = asyncio.get_running_loop().create_future()
     seen: list[Any] = []
 
@@ -160,16 +166,19 @@ async def test_an_operation_cancelled_mid_statement_closes_its_connection(
         started.set_result(cursor.connection.info.backend_pid)
         cursor.execute("SELECT pg_sleep(30)")
 
-    task = asyncio.create_task(connections.run(slow))
+    task = asyncio.create_task(connections.run(slow))  # takes one; the other stays idle
     pid = await started
-    await _wait_until_running(postgres_url, pid)
+    await _wait_for_session(postgres_url, pid, running=True)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    # Its state is unknown: closed, never handed out again.
+    # The server stopped the statement (psycopg's cancel request), and the
+    # connection, its state unknown to us, is closed and never handed out again.
+    await _wait_for_session(postgres_url, pid, running=False)
     assert seen[0].closed
     ok, other = await connections.run(_pid)
     assert ok and other != pid
+    assert warm == {pid, other}  # the other idle connection was kept
     await connections.close()
 
 
@@ -204,10 +213,11 @@ async def test_the_async_chat_loop_on_postgres_makes_no_thread_hop(
     # a head read opens what it reads there, and the key's calls stay off the loop.
     hops.clear()
     async with AsyncStore.open(postgres_url, kek=bytes(32)) as sealed:
+        assert sealed._native is None
         ledger = sealed.tenant(f"native-{uuid.uuid4().hex[:8]}")
         conv = await ledger.create_conversation()
         await ledger.append_messages(conv.id, [Message(role="user", content="hi")])
-        assert hops != []
+        assert "DriverConnections.run" in hops
 
 
 async def test_a_store_cancelled_mid_append_stays_usable_and_consistent(
@@ -218,6 +228,9 @@ async def test_a_store_cancelled_mid_append_stays_usable_and_consistent(
     async with AsyncStore.open(postgres_url) as fast:
         ledger = fast.tenant(f"native-{uuid.uuid4().hex[:8]}")
         conv = await ledger.create_conversation()
+        # Connections open and idle first, so the cancellations below find
+        # appends inside their statements, not inside a connect.
+        await asyncio.gather(*[ledger.history(conv.id) for _ in range(8)])
         appends = [
             asyncio.create_task(
                 ledger.append_messages(conv.id, [Message(role="user", content=str(i))])

@@ -21,11 +21,17 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import psycopg
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncEngine
-from sqlalchemy.util import await_only, greenlet_spawn
+from sqlalchemy.util import greenlet_spawn
 
 from store._sql.dialect import cut_off
+
+try:  # SQLAlchemy 2.1 names it `await_`, and deprecates `await_only`
+    from sqlalchemy.util import await_ as await_only
+except ImportError:  # pragma: no cover - SQLAlchemy 2.0
+    from sqlalchemy.util import await_only
 
 __all__ = ["AsyncDriverConnections"]
 
@@ -105,23 +111,27 @@ class AsyncDriverConnections:
         self._in_use += 1
         try:
             born, fairy = await self._take()
-            healthy = False
+            broke: BaseException | None = None
             try:
                 cursor = _driver(fairy).cursor()
                 try:
                     done = await greenlet_spawn(fn, _AwaitingCursor(cursor))
                 finally:
                     await cursor.close()
-                healthy = True
                 return True, done
+            except BaseException as error:
+                broke = error
+                raise
             finally:
-                await self._give(born, fairy, healthy)
+                await self._give(born, fairy, broke)
         finally:
             self._in_use -= 1
 
     async def close(self) -> None:
         """Close the idle connections; those in use close when they come back."""
         self._closed = True
+        if os.getpid() != self._pid:  # a forked child's: its parent's to close
+            self._idle = []
         await self._drop_idle()
 
     async def _drop_idle(self) -> None:
@@ -158,14 +168,17 @@ class AsyncDriverConnections:
                 None, None, error, dbapi_error, dialect=dialect
             ) from error
 
-    async def _give(self, born: float, fairy: Any, healthy: bool) -> None:
-        if healthy and not self._closed:
+    async def _give(self, born: float, fairy: Any, broke: BaseException | None) -> None:
+        if broke is None and not self._closed:
             self._idle.append((born, fairy))
             return
         connection = _driver(fairy)
-        lost = bool(connection.closed or connection.broken)
+        # A driver error on a connection that then closed: likely the server went
+        # away, and the idle ones are cut off too. (A cancellation psycopg could
+        # not finish closes the connection too, and says nothing of the others.)
+        lost = isinstance(broke, psycopg.Error) and bool(connection.closed or connection.broken)
         await _close(fairy)
-        if lost:  # likely the server went away: the idle ones are cut off too
+        if lost:
             await self._drop_idle()
 
 
