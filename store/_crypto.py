@@ -47,6 +47,7 @@ from store.messages import Message, load_messages
 
 __all__ = [
     "ERASED_CONTENT",
+    "NO_KEY",
     "PLAIN",
     "SEALED_PREFIX",
     "DataKey",
@@ -61,6 +62,7 @@ __all__ = [
     "key_id_of",
     "open_text",
     "opened",
+    "refuse_sealed",
     "sealed_key_ids",
     "sealer_for",
     "split_sealed",
@@ -96,6 +98,20 @@ def _aesgcm() -> Any:
 def is_sealed(text: str) -> bool:
     """Whether stored JSON text is sealed."""
     return text.startswith(SEALED_PREFIX)
+
+
+NO_KEY = (
+    "This result holds sealed content, and the store has no key-encryption key. "
+    "Open it with the key the content was sealed under (Store.open(kek=...) or the "
+    "CHATLEDGER_KEK environment variable)."
+)
+"""The error of a store without a key that reads sealed content."""
+
+
+def refuse_sealed(texts: Sequence[str]) -> None:
+    """`EncryptionError` when any of the stored `texts` is sealed (a store without a key)."""
+    if any(t.startswith(SEALED_PREFIX) for t in texts):
+        raise EncryptionError(NO_KEY)
 
 
 @runtime_checkable

@@ -26,7 +26,7 @@ from store._checks import (
     check_long_text,
     check_new_id,
 )
-from store._crypto import PLAIN, KeyEncryptionKey, Seal, Sealer, is_sealed
+from store._crypto import PLAIN, KeyEncryptionKey, Seal, Sealer, is_sealed, refuse_sealed
 from store._errors import ConflictError, EncryptionError, InvalidInputError, SchemaError
 from store._sql import append as _append
 from store._sql import entries as _entries
@@ -76,7 +76,9 @@ def _load(rows: list[tuple[int, str]], cache: MessageCache, unseal: Unseal | Non
     """Messages from (seq, payload) rows: through the cache, or, when some are sealed,
     opened first and parsed at once (opened messages are never cached: an erasure
     must show at once)."""
-    if unseal is not None and any(is_sealed(text) for _, text in rows):
+    if unseal is None:
+        refuse_sealed([text for _, text in rows])
+    elif any(is_sealed(text) for _, text in rows):
         return load_messages(unseal([text for _, text in rows]))
     return cache.load(rows)
 
@@ -106,6 +108,8 @@ def _history(
     conv = _log.get_conversation(conn, tenant, conversation_id)
     if at is None:
         texts = projector.view_payloads(conn, conv.id, conv.forked_from is not None)
+        if unseal is None:
+            refuse_sealed(texts)
         messages = load_messages(texts if unseal is None else unseal(texts))
     else:
         if isinstance(at, datetime):
@@ -413,6 +417,7 @@ class Operations:
             # At an explicit position or time the answer may lag (a replica's);
             # at the head it may not: a caller reads what it just appended.
             replica=at is not None,
+            opens=True,  # every form opens (or refuses) what it reads: `_load`, `_history`
             fn=lambda c: _history(
                 c,
                 self.tenant,

@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from store._crypto import PLAIN, DataKey, Seal, Sealer, opened, sealed_key_ids
+from store._crypto import NO_KEY, PLAIN, DataKey, Seal, Sealer, opened, sealed_key_ids
 from store._errors import EncryptionError, ErasedError
 from store._sql import keys as _keys
 from store._sql.ops import Op, Sealing
@@ -139,8 +139,9 @@ def _resolved(sealer: Sealer, s: Sealing[Any], found: _keys.WriteKey) -> tuple[S
 def needs_opening(sealer: Sealer | None, op: Op[Any], value: object) -> bool:
     """Whether `value`, the result of `op`, holds sealed content to open (or, on a
     store without a key, to refuse). A write's result on such a store is returned
-    as it is: the write committed, and raising would invite a retry."""
-    if sealer is None and op.write:
+    as it is: the write committed, and raising would invite a retry. An op that
+    opens its own result (`Op.opens`, a history read) is not looked through."""
+    if op.opens or (sealer is None and op.write):
         return False
     return bool(sealed_key_ids(value))
 
@@ -151,11 +152,7 @@ def opening(sealer: Sealer | None, value: U, seal: Seal | None = None) -> Progra
     if not ids:
         return value
     if sealer is None:
-        raise EncryptionError(
-            "This result holds sealed content, and the store has no key-encryption key. "
-            "Open it with the key the content was sealed under (Store.open(kek=...) or the "
-            "CHATLEDGER_KEK environment variable)."
-        )
+        raise EncryptionError(NO_KEY)
     if seal is not None and seal.key is not None and ids == {seal.key.key_id}:
         # A write's own result, under the key it was just sealed with: no I/O.
         return opened(value, {seal.key.key_id: seal.key})

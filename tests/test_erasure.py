@@ -149,10 +149,15 @@ def test_a_store_without_the_key_cannot_read_or_write_sealed_content(
 ) -> None:
     conv = sealed.create_conversation()
     sealed.append_messages(conv.id, [Message(role="user", content="secret")])
+    for fast in (True, False):  # a history read refuses by itself, on every path
+        with Store.open(database_url, kek=None, fast_paths=fast) as bare:
+            ledger = bare.tenant(sealed.tenant)
+            for at in (None, 2):
+                for repaired in (True, False):
+                    with pytest.raises(EncryptionError, match="key-encryption key"):
+                        ledger.history(conv.id, at=at, repaired=repaired)
     with Store.open(database_url, kek=None) as bare:
         ledger = bare.tenant(sealed.tenant)
-        with pytest.raises(EncryptionError, match="key-encryption key"):
-            ledger.history(conv.id)
         with pytest.raises(EncryptionError, match="key-encryption key"):
             ledger.append_messages(conv.id, [Message(role="user", content="in the clear")])
         with pytest.raises(EncryptionError, match="key-encryption key"):

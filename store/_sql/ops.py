@@ -67,6 +67,12 @@ class Op(Generic[T]):
     default, for every write and for every read that must see what its
     caller just wrote; a write is never `replica`."""
 
+    opens: bool = False
+    """Whether every form of it opens the sealed content of its own result (or, on
+    a store without a key-encryption key, refuses it): the faces then need not
+    look through the result for sealed content (a 1,000-message history is
+    0.3 ms to look through)."""
+
     sealing: Sealing[T] | None = None
     """For a write that stores content: how to build it again once the key its
     content seals under is known (`store._sealing`). The op itself is built
