@@ -314,13 +314,14 @@ class Store:
 
         seal = None
         sealer = self._sealer
-        if op.sealing is not None and sealer is not None:
-            op, seal = drive(preparing(sealer, op.sealing), run)
+        sealing = op.sealing  # the op it builds has none of its own
+        if sealing is not None and sealer is not None:
+            op, seal = drive(preparing(sealer, sealing), run)
         try:
             done = self._execute(op, connection)
         except (ErasedError, ConflictError, EncryptionError):
-            if op.sealing is not None and sealer is not None:
-                sealer.forget(op.sealing.tenant, op.sealing.conversation_id)
+            if sealing is not None and sealer is not None:
+                sealer.forget(sealing.tenant, sealing.conversation_id)
             raise
         if not needs_opening(sealer, op, done):
             return done

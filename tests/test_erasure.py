@@ -559,3 +559,17 @@ def test_a_keyless_store_s_write_result_is_returned_not_refused_after_its_commit
         moved = bare.tenant(sealed.tenant).move_head(conv.id, 2)
     assert moved.head.position > 2  # it committed, and said so
     assert [m.content for m in sealed.history(conv.id)] == ["a"]
+
+
+def test_a_write_refused_as_erased_forgets_the_conversations_cached_key(
+    database_url: str, sealed_store: Store, sealed: Ledger
+) -> None:
+    conv = sealed.create_conversation()
+    sealed.append_messages(conv.id, [Message(role="user", content="before")])
+    sealer = sealed_store._sealer
+    assert sealer is not None and sealer.writing(sealed.tenant, conv.id) is not None
+    with Store.open(database_url, kek=KEK) as other:  # another process's erasure
+        other.tenant(sealed.tenant).erase(conv.id, reason="asked")
+    with pytest.raises(ErasedError):
+        sealed.append_messages(conv.id, [Message(role="user", content="after")])
+    assert sealer.writing(sealed.tenant, conv.id) is None
