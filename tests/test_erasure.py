@@ -491,21 +491,74 @@ def test_an_import_cannot_bring_ciphertext_under_another_subjects_key(
     assert [c.id for c in attacker.conversations()] == [mine.id]  # nothing was written
 
 
-def _forged_export(text: str, victim: list[tuple[str, str]]) -> str:
+@pytest.mark.parametrize("forged", ["embedded", "metadata"])
+def test_an_import_cannot_bring_ciphertext_in_a_message_field_or_in_metadata(
+    sealed_store: Store, sealed: Ledger, forged: str
+) -> None:
+    # The same forgery, with the victim's ciphertext where a read would also open
+    # it: a `sealed` member of a message outside the sealed layout, or the sealed
+    # conversation's metadata.
+    import io
+
+    from store import ImportFileError
+
+    victim = sealed.create_conversation({"note": "VICTIM SECRET"})
+    sealed.append_messages(victim.id, [Message(role="user", content="VICTIM SECRET")])
+    attacker = sealed_store.tenant(f"attacker-{uuid.uuid4().hex[:8]}")
+    mine = attacker.create_conversation({"note": "mine"})
+    attacker.append_messages(mine.id, [Message(role="user", content="mine")])
+    out = io.StringIO()
+    attacker.export(out, conversation_id=mine.id)
+    fresh: dict[str, str] = {}
+    renamed = re.sub(
+        r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
+        lambda m: fresh.setdefault(m.group(0), str(uuid.uuid4())),
+        out.getvalue(),
+    )
+    stolen = _stored_payloads(sealed_store, victim.id)
+    if forged == "embedded":
+        text = _forged_export(renamed, stolen, embed=True)
+        refusal = "reserves for the messages it stores encrypted"
+    else:
+        text = _forged_export(renamed, stolen, metadata=_stored_metadata(sealed_store, victim.id))
+        refusal = "not the key of the conversation's subject"
+    with pytest.raises(ImportFileError, match=refusal):
+        attacker.import_file(io.StringIO(text))
+    assert [c.id for c in attacker.conversations()] == [mine.id]  # nothing was written
+
+
+def _forged_export(
+    text: str,
+    victim: list[tuple[str, str]],
+    *,
+    embed: bool = False,
+    metadata: str | None = None,
+) -> str:
     """`text` without its key record, its message payload replaced by the victim's
-    ciphertext, every hash after it and the end record recomputed."""
+    ciphertext, every hash after it and the end record recomputed. `embed`: the
+    ciphertext as a `sealed` member of a message that is not in the sealed layout;
+    `metadata`: the conversation's stored metadata replaced too (keeping the
+    message's own payload when `metadata` alone is forged)."""
     import hashlib
 
     from store._sql import chain as _chain
 
-    stolen = next(p for k, p in victim if k == "message.recorded")
+    stolen: str | None = next(p for k, p in victim if k == "message.recorded")
+    if embed:
+        envelope = json.loads(stolen or "")
+        stolen = json.dumps(
+            {"role": envelope["role"], "sealed": envelope["sealed"]}, separators=(",", ":")
+        )
     records = [json.loads(line) for line in text.splitlines()]
     records = [r for r in records if r.get("type") != "subjectKey"]
+    if metadata is not None:
+        stolen = None
+        next(r for r in records if r.get("type") == "conversation")["metadata"] = metadata
     previous = _chain.GENESIS
     for r in records:
         if r.get("type") != "event":
             continue
-        if r["kind"] == "message.recorded":
+        if r["kind"] == "message.recorded" and stolen is not None:
             r["payload"] = stolen
         fields = {
             "id": r["id"],
@@ -525,7 +578,7 @@ def _forged_export(text: str, victim: list[tuple[str, str]]) -> str:
     conv["headHash"] = previous.hex()
     body = [json.dumps(r, separators=(",", ":"), ensure_ascii=True) for r in records[:-1]]
     digest = hashlib.sha256("".join(line + "\n" for line in body).encode()).hexdigest()
-    end = {**records[-1], "lines": len(body) + 1, "sha256": digest}
+    end = {**records[-1], "lines": len(body), "sha256": digest}
     return "".join(line + "\n" for line in [*body, json.dumps(end, separators=(",", ":"))])
 
 

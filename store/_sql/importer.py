@@ -147,6 +147,7 @@ class _Import:
             )
         cid = str(row["id"])
         self._own(row, "conversation", line)
+        self._sealed_metadata(row, line)
         if cid in self.seen:
             raise ImportFileError(line, _edited(f"Conversation '{cid}' comes a second time."))
         source = row["forked_from_conversation_id"]
@@ -317,11 +318,40 @@ class _Import:
     def _sealed_as_its_conversation(self, s: _Section, kind: str, text: str, line: int) -> None:
         """Sealed content only in a sealed conversation, under its subject's key (or a key
         that no longer exists anywhere: erased). Anything else could have a copied
-        ciphertext opened under another subject's (or tenant's) key."""
-        if kind not in ("message.recorded", "conversation.created") or not is_sealed(text):
+        ciphertext opened under another subject's (or tenant's) key: so a message that
+        carries the reserved field `sealed` anywhere but in the sealed layout (which
+        reads would open as well) is refused too, as an append refuses it."""
+        if kind not in ("message.recorded", "conversation.created"):
             return
-        subject = s.row["subject"]
-        key_id = split_sealed(text)[0]
+        what = f"A {kind} event of conversation '{s.id}'"
+        if is_sealed(text):
+            self._under_subject_key(s.row["subject"], split_sealed(text)[0], what, line)
+        elif kind == "message.recorded" and _has_sealed_member(text):
+            raise ImportFileError(
+                line,
+                _edited(
+                    f"{what} carries the field 'sealed', which chatledger reserves for the "
+                    f"messages it stores encrypted."
+                ),
+            )
+
+    def _sealed_metadata(self, row: dict[str, Any], line: int) -> None:
+        """A sealed conversation's metadata: the sealed layout under its subject's key,
+        or metadata without the reserved field (reads open `{"sealed": ...}` metadata of a
+        sealed conversation)."""
+        text = row["metadata"]
+        if row["subject"] is None or text is None:
+            return
+        what = f"The metadata of conversation '{row['id']}'"
+        if is_sealed(text):
+            self._under_subject_key(row["subject"], split_sealed(text)[0], what, line)
+        elif _has_sealed_member(text):
+            raise ImportFileError(
+                line,
+                _edited(f"{what} carries the field 'sealed', which chatledger reserves."),
+            )
+
+    def _under_subject_key(self, subject: str | None, key_id: str, what: str, line: int) -> None:
         if subject is not None:
             known = self.keys.get(key_id)
             if known is None:
@@ -336,8 +366,8 @@ class _Import:
         raise ImportFileError(
             line,
             _edited(
-                f"A {kind} event of conversation '{s.id}' is sealed under data key '{key_id}', "
-                f"which is not the key of the conversation's subject."
+                f"{what} is sealed under data key '{key_id}', which is not the key of the "
+                f"conversation's subject."
             ),
         )
 
@@ -620,3 +650,14 @@ def _check_end(data: dict[str, Any], number: int, sha256: str) -> None:
                 f"{number - 1} lines before it have sha256 '{sha256}'."
             ),
         )
+
+
+def _has_sealed_member(text: str) -> bool:
+    """Whether the JSON object `text` has a top-level member `sealed`."""
+    if '"sealed"' not in text:
+        return False
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return False  # not JSON: the checks of its record say so
+    return isinstance(value, dict) and "sealed" in value
