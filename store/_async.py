@@ -332,7 +332,7 @@ class AsyncStore:
             raise
         if not needs_opening(sealer, op, done):
             return done
-        return await self._drive(opening(sealer, done, seal), connection)
+        return await self._drive(opening(sealer, done, seal, op.tenant), connection)
 
     async def _drive(self, program: Program[T], connection: AsyncConnection | None) -> T:
         return await adrive(program, lambda op: self._execute(op, connection))

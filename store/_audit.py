@@ -116,10 +116,10 @@ def _filter(
     )
 
 
-def _query(action: str, fn: Callable[[Connection], T]) -> Op[T]:
-    """An audit query: a read of the log as of a moment ago, which a read
+def _query(action: str, tenant: str, fn: Callable[[Connection], T]) -> Op[T]:
+    """An audit query of `tenant`: a read of the log as of a moment ago, which a read
     replica may answer (docs/adr/0023-read-replicas.md)."""
-    return Op(action, write=False, replica=True, fn=fn)
+    return Op(action, write=False, replica=True, tenant=tenant, fn=fn)
 
 
 class _AuditOps:
@@ -176,6 +176,7 @@ class _AuditOps:
     def _events(self, f: Filter, after: str | None, limit: int) -> Op[Page[Event]]:
         return _query(
             "reading audit events",
+            self.tenant,
             fn=lambda c: list_events(c, self.tenant, f, after=after, limit=limit),
         )
 
@@ -185,6 +186,7 @@ class _AuditOps:
         names = _names(kinds, None, "kinds")
         return _query(
             f"reading the timeline of run '{run_id}'",
+            self.tenant,
             fn=lambda c: run_timeline(
                 c, self.tenant, run_id, kinds=names, after=after, limit=limit
             ),
@@ -206,6 +208,7 @@ class _AuditOps:
             raise InvalidInputError(f"context must be text, not {type(context).__name__}.")
         return _query(
             f"rebuilding model request {number} of run '{run_id}'",
+            self.tenant,
             fn=lambda c: model_request(c, self.tenant, run_id, number, instructions=instructions),
         )
 
@@ -238,12 +241,14 @@ class _AuditOps:
                 raise InvalidInputError(f"status {status!r} contradicts failed={f.failed}.")
         return _query(
             "reading tool executions",
+            self.tenant,
             fn=lambda c: tool_executions(c, self.tenant, f, statuses, after=after, limit=limit),
         )
 
     def lineage(self, conversation_id: str) -> Op[Lineage]:
         return _query(
             f"reading the lineage of conversation '{conversation_id}'",
+            self.tenant,
             fn=lambda c: lineage(c, self.tenant, conversation_id),
         )
 

@@ -131,6 +131,11 @@ class Operations:
         self.cache = cache
         self.sealer = sealer
 
+    def _op(self, action: str, **fields: Any) -> Op[Any]:
+        """An `Op` of this tenant: sealed content in its result opens only with this
+        tenant's keys (`store._sealing.opening`)."""
+        return Op(action, tenant=self.tenant, **fields)
+
     def _unseal(self, fetch: Callable[[set[str]], Mapping[str, bytes]]) -> Unseal | None:
         """How a read opens sealed payloads, with `fetch` reading the keys (None: no key)."""
         sealer = self.sealer
@@ -160,7 +165,7 @@ class Operations:
         cid = conversation_id or new_id()
 
         def build(seal: Seal) -> Op[Conversation]:
-            create = Op(
+            create = self._op(
                 "creating a conversation",
                 write=True,
                 fn=lambda c: _log.create_conversation(
@@ -192,7 +197,7 @@ class Operations:
     def conversation_by_key(self, key: str) -> Op[Conversation]:
         _log.check_key(key)
         tenant = self.tenant
-        return Op(
+        return self._op(
             "reading a conversation by its key",
             write=False,
             postgres=lambda cursor: _log.conversation_by_key_postgres(cursor, tenant, key),
@@ -213,7 +218,7 @@ class Operations:
             return _entries.entries(c, conv, point, last)
 
         # At an explicit position the answer may lag (a replica's); at the head it may not.
-        return Op(
+        return self._op(
             f"reading the entries of conversation '{conversation_id}'",
             write=False,
             replica=at is not None,
@@ -222,7 +227,7 @@ class Operations:
 
     def entry(self, event_id: str) -> Op[Entry]:
         check_id(event_id, "event")
-        return Op(
+        return self._op(
             f"reading entry '{event_id}'",
             write=False,
             fn=lambda c: _entries.entry(c, self.tenant, event_id),
@@ -237,21 +242,21 @@ class Operations:
         check_id(conversation_id, "conversation")
         text = _entries.encode_state(state)
         _check_expected_state(expected)
-        return Op(
+        return self._op(
             f"setting the state of conversation '{conversation_id}'",
             write=True,
             fn=lambda c: _entries.set_state(c, self.tenant, conversation_id, text, expected),
         )
 
     def conversation(self, conversation_id: str) -> Op[Conversation]:
-        return Op(
+        return self._op(
             f"reading conversation '{conversation_id}'",
             write=False,
             fn=lambda c: _log.get_conversation(c, self.tenant, conversation_id),
         )
 
     def conversations(self, limit: int, before: str | None) -> Op[list[Conversation]]:
-        return Op(
+        return self._op(
             "listing conversations",
             write=False,
             fn=lambda c: _log.list_conversations(c, self.tenant, limit=limit, before=before),
@@ -316,7 +321,7 @@ class Operations:
             # which also refuses the append when another writer created the
             # conversation (and its key) first.
             minting = seal.new_key is not None
-            return Op(
+            return self._op(
                 f"appending to conversation '{conversation_id}'",
                 write=True,
                 postgres=None
@@ -411,7 +416,7 @@ class Operations:
     def history(
         self, conversation_id: str, at: int | Position | datetime | None, repaired: bool
     ) -> Op[list[Message]]:
-        read = Op(
+        read = self._op(
             f"reading the history of conversation '{conversation_id}'",
             write=False,
             # At an explicit position or time the answer may lag (a replica's);
@@ -463,7 +468,7 @@ class Operations:
         tenant, fork_id = self.tenant, new_id()
 
         def build(seal: Seal) -> Op[Conversation]:
-            return Op(
+            return self._op(
                 f"forking conversation '{conversation_id}'",
                 write=True,
                 fn=lambda c: _log.fork(
@@ -494,7 +499,7 @@ class Operations:
     ) -> Op[Conversation]:
         state_text = None if state is None else _entries.encode_state(state)
         _check_expected_state(expected_state)
-        return Op(
+        return self._op(
             f"moving the head of conversation '{conversation_id}'",
             write=True,
             fn=lambda c: _entries.move_head(
@@ -515,7 +520,7 @@ class Operations:
         after_seq: int | None,
         limit: int | None,
     ) -> Op[list[Event]]:
-        return Op(
+        return self._op(
             "reading events",
             write=False,
             fn=lambda c: _log.list_events(
@@ -534,7 +539,7 @@ class Operations:
         initial = _log.encode_events(events)
 
         def build(seal: Seal) -> Op[RunCursor]:
-            return Op(
+            return self._op(
                 f"starting a run on conversation '{conversation_id}'",
                 write=True,
                 fn=lambda c: _runs.start_run(
@@ -550,7 +555,7 @@ class Operations:
         encoded = _log.encode_events(new_events)
 
         def build(seal: Seal) -> Op[tuple[list[Event], RunCursor]]:
-            return Op(
+            return self._op(
                 f"recording events of run '{cursor.run_id}'",
                 write=True,
                 fn=lambda c: _runs.record(
@@ -567,21 +572,21 @@ class Operations:
 
     def set_retention(self, idle_days: int, action: str) -> Op[RetentionPolicy]:
         days, chosen = _retention.check_policy(idle_days, action)
-        return Op(
+        return self._op(
             f"setting the retention policy of tenant '{self.tenant}'",
             write=True,
             fn=lambda c: _retention.set_policy(c, self.tenant, days, chosen),
         )
 
     def retention(self) -> Op[RetentionPolicy | None]:
-        return Op(
+        return self._op(
             f"reading the retention policy of tenant '{self.tenant}'",
             write=False,
             fn=lambda c: _retention.get_policy(c, self.tenant),
         )
 
     def clear_retention(self) -> Op[bool]:
-        return Op(
+        return self._op(
             f"clearing the retention policy of tenant '{self.tenant}'",
             write=True,
             fn=lambda c: _retention.clear_policy(c, self.tenant),
@@ -590,7 +595,7 @@ class Operations:
     def erase(self, subject: str, reason: str) -> Op[Erasure]:
         _keys.check_subject(subject)
         check_long_text(reason, "reason", max_chars=1000)
-        return Op(
+        return self._op(
             f"erasing subject '{subject}'",
             write=True,
             fn=lambda c: _erasure.erase(c, self.tenant, subject, reason),
@@ -637,21 +642,21 @@ class Operations:
     def _end_run(
         self, cursor: RunCursor, status: RunStatus, **options: Any
     ) -> Op[tuple[Conversation | None, ConflictError | None]]:
-        return Op(
+        return self._op(
             f"ending run '{cursor.run_id}'",
             write=True,
             fn=lambda c: _runs.end_run(c, self.tenant, cursor, status, **options),
         )
 
     def renew_lease(self, cursor: RunCursor, seconds: float) -> Op[None]:
-        return Op(
+        return self._op(
             f"renewing the lease of run '{cursor.run_id}'",
             write=True,
             fn=lambda c: _runs.renew_lease(c, self.tenant, cursor, seconds),
         )
 
     def run(self, run_id: str) -> Op[Run]:
-        return Op(
+        return self._op(
             f"reading run '{run_id}'",
             write=False,
             fn=lambda c: _runs.get_run(c, self.tenant, run_id),
@@ -664,7 +669,7 @@ class Operations:
         attention: bool | None,
         limit: int,
     ) -> Op[list[Run]]:
-        return Op(
+        return self._op(
             "listing runs",
             write=False,
             fn=lambda c: _runs.list_runs(
@@ -686,7 +691,7 @@ class Operations:
                 _log.get_conversation(conn, self.tenant, conversation_id)  # raises NotFoundError
             return found[0]
 
-        return Op(
+        return self._op(
             f"verifying the hash chain of conversation '{conversation_id}'",
             write=False,
             replica=True,  # the chain as of a moment ago (docs/adr/0023-read-replicas.md)
@@ -709,7 +714,7 @@ class Operations:
         what = f"conversation '{conversation_id}'" if conversation_id else f"tenant '{self.tenant}'"
         # A read of one snapshot, on the primary: a replica's copy would do, but the
         # export streams for as long as it writes, and a replica may cancel a long read.
-        return Op(
+        return self._op(
             f"exporting {what}",
             write=False,
             fn=lambda c: _transfer.export(c, self.tenant, out, conversation_id, progress),
@@ -717,7 +722,7 @@ class Operations:
 
     def import_file(self, source: TextIO, progress: Progress | None) -> Op[ImportReport]:
         # One transaction: a file refused at any line writes nothing.
-        return Op(
+        return self._op(
             f"importing into tenant '{self.tenant}'",
             write=True,
             fn=lambda c: _importer.import_file(c, self.tenant, source, progress),

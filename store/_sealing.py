@@ -146,8 +146,12 @@ def needs_opening(sealer: Sealer | None, op: Op[Any], value: object) -> bool:
     return bool(sealed_key_ids(value))
 
 
-def opening(sealer: Sealer | None, value: U, seal: Seal | None = None) -> Program[U]:
-    """`value` with its sealed content opened (erased markers where a key is gone)."""
+def opening(
+    sealer: Sealer | None, value: U, seal: Seal | None = None, tenant: str | None = None
+) -> Program[U]:
+    """`value` with its sealed content opened (erased markers where a key is gone),
+    with the keys of `tenant` only when given (the op's: `Op.tenant`); a key of
+    another tenant is as good as gone."""
     ids = sealed_key_ids(value)
     if not ids:
         return value
@@ -157,7 +161,7 @@ def opening(sealer: Sealer | None, value: U, seal: Seal | None = None) -> Progra
         # A write's own result, under the key it was just sealed with: no I/O.
         return opened(value, {seal.key.key_id: seal.key})
     wrapped: dict[str, bytes] = yield Op(
-        "reading data keys", write=False, fn=lambda c: _keys.keys_by_id(c, ids)
+        "reading data keys", write=False, fn=lambda c: _keys.keys_by_id(c, ids, tenant)
     )
     found: U = yield Blocking(lambda: opened(value, _unwrapped(sealer, ids, wrapped)))
     return found

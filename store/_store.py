@@ -325,7 +325,7 @@ class Store:
             raise
         if not needs_opening(sealer, op, done):
             return done
-        return drive(opening(sealer, done, seal), run)
+        return drive(opening(sealer, done, seal, op.tenant), run)
 
     def _execute(self, op: Op[T], connection: Connection | None) -> T:
         if connection is not None:

@@ -93,7 +93,7 @@ def tail_op(tenant: str, settings: TailSettings, after: str | None) -> Op[Page[E
             return page
         return replace(page, next_after=f"{settled[0]}:{settled[1]}")
 
-    return Op("reading the tail of the log", write=False, fn=read)
+    return Op("reading the tail of the log", write=False, tenant=tenant, fn=read)
 
 
 class Waiter(Protocol):

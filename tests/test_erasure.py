@@ -404,11 +404,48 @@ def test_copied_ciphertext_is_never_opened_outside_its_place(
     envelope = json.loads(row)["sealed"]
     attacker = sealed_store.tenant(f"attacker-{uuid.uuid4().hex[:8]}")
     mine = attacker.create_conversation()
-    # In a payload of another kind: stored as given, never opened.
-    cursor = attacker.start_run(mine.id, owner="w")
-    attacker.record(cursor, [NewEvent("model.responded", {"sealed": envelope})])
-    shown = [e.payload_json for e in attacker.events(conversation_id=mine.id)]
+    # In the payload of any event: refused, nothing written. (A `conversation.created`
+    # recorded into a conversation in the clear would be stored as given, and reads
+    # open that kind.)
+    with Store.open(database_url, kek=None) as bare:
+        in_the_clear = bare.tenant(attacker.tenant).create_conversation()
+    for conv_id, kind in ((mine.id, "model.responded"), (in_the_clear.id, "conversation.created")):
+        cursor = attacker.start_run(conv_id, owner="w")
+        with pytest.raises(InvalidInputError, match="reserves"):
+            attacker.record(cursor, [NewEvent(kind, {"sealed": envelope})])
+        attacker.complete_run(cursor)
+    # Put there all the same (a row written past the API): another tenant's key
+    # never opens in this tenant's reads; it reads as erased.
+    forged = '{"sealed":' + json.dumps(envelope, separators=(",", ":")) + "}"
+    with sealed_store.engine.begin() as conn:
+        head = conn.execute(
+            sa.text(
+                "SELECT head_branch_id, head_position FROM chatledger_conversations "
+                "WHERE id = :c"
+            ),
+            {"c": in_the_clear.id},
+        ).one()
+        conn.execute(
+            sa.text(
+                "INSERT INTO chatledger_events (id, conversation_id, branch_id, position, kind, "
+                "origin, head, recorded_at, payload, hash) VALUES (:id, :c, :b, :p, "
+                "'conversation.created', 'client', false, CURRENT_TIMESTAMP, :payload, :hash)"
+            ),
+            {
+                "id": str(uuid.uuid4()),
+                "c": in_the_clear.id,
+                "b": str(head[0]),
+                "p": head[1] + 100,
+                "payload": forged,
+                "hash": bytes(32),
+            },
+        )
+    shown = [e.payload_json for e in attacker.events(conversation_id=in_the_clear.id)]
+    assert forged in [
+        p for p in (r for _, r in _stored_payloads(sealed_store, in_the_clear.id))
+    ]
     assert not any("VICTIM SECRET" in p for p in shown)
+    assert any('"erased":true' in p for p in shown)
     # As a message field: refused, nothing written.
     with pytest.raises(InvalidInputError, match="reserves"):
         attacker.append_messages(

@@ -126,6 +126,12 @@ def encode_events(new_events: Sequence[NewEvent]) -> list[tuple[NewEvent, str]]:
                 raise InvalidInputError(
                     f"A {item.kind} payload must be a dict, not {type(item.payload).__name__}."
                 )
+            if "sealed" in item.payload:
+                raise InvalidInputError(
+                    f"A {item.kind} payload carries the field 'sealed', which chatledger "
+                    f"reserves for the content it stores encrypted (docs/erasure.md). Rename "
+                    f"the field."
+                )
             text = canonical_json(item.payload, f"the {item.kind} payload")
         if len(text) > MAX_PAYLOAD_CHARS:
             raise InvalidInputError(

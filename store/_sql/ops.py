@@ -67,6 +67,10 @@ class Op(Generic[T]):
     default, for every write and for every read that must see what its
     caller just wrote; a write is never `replica`."""
 
+    tenant: str | None = None
+    """The tenant whose data it reads (None: a store-wide operation): sealed content
+    in its result is opened only with that tenant's keys, so a ciphertext copied
+    into another tenant's rows stays closed there."""
     opens: bool = False
     """Whether every form of it opens the sealed content of its own result (or, on
     a store without a key-encryption key, refuses it): the faces then need not
