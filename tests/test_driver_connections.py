@@ -15,6 +15,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from store import EncryptionError
 from store._sql.dialect import DriverConnections, create_engine, cut_off, normalize_url
 from tests.conftest import _libpq, postgres_admin_url
 
@@ -157,3 +158,21 @@ def test_a_connection_that_cannot_be_opened_fails_wrapped_as_the_pool_reports_it
         assert not caught.value.connection_invalidated
     connections.close()
     engine.dispose()
+
+
+def test_the_operations_own_refusal_keeps_its_connection(engine: Engine) -> None:
+    # A chatledger error (a refusal the fast path decided, say a sealed history on a
+    # store without a key) says nothing against the connection: it is reused.
+    connections = DriverConnections(engine)
+    seen: list[Any] = []
+
+    def refuse(cursor: Any) -> None:
+        seen.append(cursor.connection)
+        cursor.execute("SELECT 1")
+        raise EncryptionError("refused")
+
+    for _ in range(2):
+        with pytest.raises(EncryptionError):
+            connections.run(False, refuse)
+    assert seen[0] is seen[1]
+    connections.close()

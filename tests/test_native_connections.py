@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 import store._async
-from store import AsyncStore, Message
+from store import AsyncStore, EncryptionError, Message
 from store._sql.dialect import normalize_url
 from store._sql.native import AsyncDriverConnections, await_only
 from tests.conftest import _libpq, postgres_admin_url
@@ -83,6 +83,22 @@ async def test_a_connection_that_saw_an_error_is_not_reused(engine: AsyncEngine)
         with pytest.raises(psycopg.errors.UndefinedColumn, match="no_such_column"):
             await connections.run(fail)
     assert seen[0] is not seen[1] and seen[0].closed
+    await connections.close()
+
+
+async def test_the_operations_own_refusal_keeps_its_connection(engine: AsyncEngine) -> None:
+    connections = AsyncDriverConnections(engine)
+    seen: list[Any] = []
+
+    def refuse(cursor: Any) -> None:
+        seen.append(cursor.connection)
+        cursor.execute("SELECT 1")
+        raise EncryptionError("refused")
+
+    for _ in range(2):
+        with pytest.raises(EncryptionError):
+            await connections.run(refuse)
+    assert seen[0] is seen[1] and not seen[0].closed
     await connections.close()
 
 

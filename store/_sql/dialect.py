@@ -43,7 +43,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ColumnElement
 
-from store._errors import InvalidInputError
+from store._errors import ChatledgerError, InvalidInputError
 
 T = TypeVar("T")
 
@@ -315,6 +315,9 @@ class DriverConnections:
                     cursor.close()
                 healthy = True
                 return True, done
+            except ChatledgerError:
+                healthy = True  # the operation's own refusal: the connection is fine
+                raise
             finally:
                 self._give(born, fairy, healthy)
         finally:

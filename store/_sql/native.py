@@ -26,6 +26,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
+from store._errors import ChatledgerError
 from store._sql.dialect import cut_off
 
 try:  # SQLAlchemy 2.1 names it `await_`, and deprecates `await_only`
@@ -119,6 +120,8 @@ class AsyncDriverConnections:
                 finally:
                     await cursor.close()
                 return True, done
+            except ChatledgerError:
+                raise  # the operation's own refusal: the connection is fine
             except BaseException as error:
                 broke = error
                 raise
