@@ -332,6 +332,11 @@ class Sealer:
             self._remember(self._unwrapped, wrapped, found)
         return found
 
+    def data_keys(self, ids: set[str], wrapped: Mapping[str, bytes]) -> dict[str, DataKey | None]:
+        """The data keys of `ids`, unwrapped, for those that still exist (`wrapped`, as
+        read from the database); None for an erased one."""
+        return {i: (self.data_key(i, wrapped[i]) if i in wrapped else None) for i in ids}
+
     def mint(self, tenant: str, subject: str, key_id: str) -> Seal:
         """A new data key for `subject`, to be written with its first conversation."""
         aesgcm = _aesgcm()
@@ -367,8 +372,7 @@ class Sealer:
         ids = {key_id_of(t) for t in texts if t.startswith(SEALED_PREFIX)}
         if not ids:
             return list(texts)
-        wrapped = fetch(ids)
-        keys = {i: (self.data_key(i, wrapped[i]) if i in wrapped else None) for i in ids}
+        keys = self.data_keys(ids, fetch(ids))
         return [open_text(t, keys) if t.startswith(SEALED_PREFIX) else t for t in texts]
 
     def writing(self, tenant: str, conversation_id: str) -> Seal | None:

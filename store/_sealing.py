@@ -27,11 +27,11 @@ A head read opens what it reads inside its own fast path (`store._ops`).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Generator, Mapping
+from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from store._crypto import NO_KEY, PLAIN, DataKey, Seal, Sealer, opened, sealed_key_ids
+from store._crypto import NO_KEY, PLAIN, Seal, Sealer, opened, sealed_key_ids
 from store._errors import EncryptionError, ErasedError
 from store._sql import keys as _keys
 from store._sql.ops import Op, Sealing
@@ -41,6 +41,7 @@ __all__ = ["Blocking", "Program", "adrive", "drive", "needs_opening", "opening",
 
 T = TypeVar("T")
 U = TypeVar("U")
+
 
 @dataclass(frozen=True)
 class Blocking(Generic[T]):
@@ -163,12 +164,5 @@ def opening(
     wrapped: dict[str, bytes] = yield Op(
         "reading data keys", write=False, fn=lambda c: _keys.keys_by_id(c, ids, tenant)
     )
-    found: U = yield Blocking(lambda: opened(value, _unwrapped(sealer, ids, wrapped)))
+    found: U = yield Blocking(lambda: opened(value, sealer.data_keys(ids, wrapped)))
     return found
-
-
-def _unwrapped(
-    sealer: Sealer, ids: set[str], wrapped: Mapping[str, bytes]
-) -> dict[str, DataKey | None]:
-    """The data keys of `ids` that still exist (None: erased), unwrapped."""
-    return {i: (sealer.data_key(i, wrapped[i]) if i in wrapped else None) for i in ids}

@@ -10,6 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 from store import (
+    AsyncLedger,
     AsyncStore,
     ConflictError,
     Message,
@@ -59,6 +60,25 @@ async def test_async_concurrent_appends_conflict_cleanly(database_url: str) -> N
         assert len(await ledger.history(conv.id)) == 1
 
 
+async def _cancel_while_locked(
+    postgres_url: str, ledger: AsyncLedger, conversation_id: str
+) -> None:
+    """Append "during" to the conversation while another session locks the table, and
+    cancel the append once it waits for that lock (mid-transaction); then unlock."""
+    with (
+        psycopg.connect(_libpq(postgres_url), autocommit=True) as admin,
+        admin.transaction(),
+    ):
+        admin.execute("LOCK TABLE chatledger_conversations IN ACCESS EXCLUSIVE MODE")
+        append = asyncio.create_task(
+            ledger.append_messages(conversation_id, [Message(role="user", content="during")])
+        )
+        await asyncio.to_thread(waiting_for_lock, admin)
+        append.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await append
+
+
 async def test_a_cancelled_append_is_still_committed_by_its_worker_thread(
     postgres_url: str,
 ) -> None:
@@ -71,19 +91,9 @@ async def test_a_cancelled_append_is_still_committed_by_its_worker_thread(
         # The store knows the conversation's key from here on: the append below
         # is one operation, the one the lock holds up.
         await ledger.append_messages(conv.id, [Message(role="user", content="before")])
-        with psycopg.connect(_libpq(postgres_url), autocommit=True) as admin:
-            with admin.transaction():
-                # The append waits for this lock, so it is cancelled mid-transaction.
-                admin.execute("LOCK TABLE chatledger_conversations IN ACCESS EXCLUSIVE MODE")
-                append = asyncio.create_task(
-                    ledger.append_messages(conv.id, [Message(role="user", content="during")])
-                )
-                await asyncio.to_thread(waiting_for_lock, admin)
-                append.cancel()
-                with pytest.raises(asyncio.CancelledError):
-                    await append
-            # Waits for the worker threads, the append's among them.
-            await asyncio.get_running_loop().shutdown_default_executor()
+        await _cancel_while_locked(postgres_url, ledger, conv.id)
+        # Waits for the worker threads, the append's among them.
+        await asyncio.get_running_loop().shutdown_default_executor()
     with Store.open(postgres_url, kek=bytes(32)) as sync_store:
         history = sync_store.tenant(tenant).history(conv.id)
     assert [m.content for m in history] == ["before", "during"]
@@ -100,18 +110,7 @@ async def test_a_cancelled_append_on_the_loop_is_cancelled_in_the_server(
         tenant = f"async-{uuid.uuid4().hex[:8]}"
         ledger = store.tenant(tenant)
         conv = await ledger.create_conversation()
-        with (
-            psycopg.connect(_libpq(postgres_url), autocommit=True) as admin,
-            admin.transaction(),
-        ):
-            admin.execute("LOCK TABLE chatledger_conversations IN ACCESS EXCLUSIVE MODE")
-            append = asyncio.create_task(
-                ledger.append_messages(conv.id, [Message(role="user", content="during")])
-            )
-            await asyncio.to_thread(waiting_for_lock, admin)
-            append.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await append
+        await _cancel_while_locked(postgres_url, ledger, conv.id)
         assert await ledger.history(conv.id) == []
         await ledger.append_messages(conv.id, [Message(role="user", content="after")])
         assert [m.content for m in await ledger.history(conv.id)] == ["after"]

@@ -19,6 +19,7 @@ import sqlalchemy as sa
 
 from store import (
     ConflictError,
+    Conversation,
     EncryptionError,
     ErasedError,
     InvalidInputError,
@@ -441,9 +442,7 @@ def test_copied_ciphertext_is_never_opened_outside_its_place(
             },
         )
     shown = [e.payload_json for e in attacker.events(conversation_id=in_the_clear.id)]
-    assert forged in [
-        p for p in (r for _, r in _stored_payloads(sealed_store, in_the_clear.id))
-    ]
+    assert forged in [p for _, p in _stored_payloads(sealed_store, in_the_clear.id)]
     assert not any("VICTIM SECRET" in p for p in shown)
     assert any('"erased":true' in p for p in shown)
     # As a message field: refused, nothing written.
@@ -507,21 +506,9 @@ def test_an_import_cannot_bring_ciphertext_under_another_subjects_key(
 
     from store import ImportFileError
 
-    victim = sealed.create_conversation()
-    sealed.append_messages(victim.id, [Message(role="user", content="VICTIM SECRET")])
-    attacker = sealed_store.tenant(f"attacker-{uuid.uuid4().hex[:8]}")
-    mine = attacker.create_conversation()
-    attacker.append_messages(mine.id, [Message(role="user", content="mine")])
-    out = io.StringIO()
-    attacker.export(out, conversation_id=mine.id)
+    victim, attacker, mine, renamed = _victim_and_attackers_export(sealed_store, sealed)
     # Forge the file as an attacker can: fresh ids, no key record, the message's
     # payload the victim's ciphertext, every hash recomputed.
-    fresh: dict[str, str] = {}
-    renamed = re.sub(
-        r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
-        lambda m: fresh.setdefault(m.group(0), str(uuid.uuid4())),
-        out.getvalue(),
-    )
     forged = _forged_export(renamed, _stored_payloads(sealed_store, victim.id))
     with pytest.raises(ImportFileError, match="not the key of the conversation's subject"):
         attacker.import_file(io.StringIO(forged))
@@ -539,6 +526,27 @@ def test_an_import_cannot_bring_ciphertext_in_a_message_field_or_in_metadata(
 
     from store import ImportFileError
 
+    victim, attacker, mine, renamed = _victim_and_attackers_export(sealed_store, sealed)
+    stolen = _stored_payloads(sealed_store, victim.id)
+    if forged == "embedded":
+        text = _forged_export(renamed, stolen, embed=True)
+        refusal = "reserves for the messages it stores encrypted"
+    else:
+        text = _forged_export(renamed, stolen, metadata=_stored_metadata(sealed_store, victim.id))
+        refusal = "not the key of the conversation's subject"
+    with pytest.raises(ImportFileError, match=refusal):
+        attacker.import_file(io.StringIO(text))
+    assert [c.id for c in attacker.conversations()] == [mine.id]  # nothing was written
+
+
+def _victim_and_attackers_export(
+    sealed_store: Store, sealed: Ledger
+) -> tuple[Conversation, Ledger, Conversation, str]:
+    """A victim's sealed conversation (metadata and a message saying VICTIM SECRET), an
+    attacker tenant with a sealed conversation of its own, and that conversation's
+    export with every id renamed, as an attacker can forge it into a new one."""
+    import io
+
     victim = sealed.create_conversation({"note": "VICTIM SECRET"})
     sealed.append_messages(victim.id, [Message(role="user", content="VICTIM SECRET")])
     attacker = sealed_store.tenant(f"attacker-{uuid.uuid4().hex[:8]}")
@@ -552,16 +560,7 @@ def test_an_import_cannot_bring_ciphertext_in_a_message_field_or_in_metadata(
         lambda m: fresh.setdefault(m.group(0), str(uuid.uuid4())),
         out.getvalue(),
     )
-    stolen = _stored_payloads(sealed_store, victim.id)
-    if forged == "embedded":
-        text = _forged_export(renamed, stolen, embed=True)
-        refusal = "reserves for the messages it stores encrypted"
-    else:
-        text = _forged_export(renamed, stolen, metadata=_stored_metadata(sealed_store, victim.id))
-        refusal = "not the key of the conversation's subject"
-    with pytest.raises(ImportFileError, match=refusal):
-        attacker.import_file(io.StringIO(text))
-    assert [c.id for c in attacker.conversations()] == [mine.id]  # nothing was written
+    return victim, attacker, mine, renamed
 
 
 def _forged_export(

@@ -686,21 +686,15 @@ def create_conversation_sqlite(
     done = create_append_sqlite(
         cursor, tenant, cid, (meta_text, payload), [], run_id=None, idempotency_key=None
     )
-    return _created_conversation(tenant, cid, done, meta_text)
-
-
-def _created_conversation(
-    tenant: str, conversation_id: str, done: InPlace | None, meta_text: str
-) -> Conversation | None:
-    """The new root conversation, as `get_conversation` reads it back."""
     if done is None or done.created is None:
         return None
-    return _root(tenant, conversation_id, done.branch_id, done.created.recorded_at, meta_text)
+    return _root(tenant, cid, done.branch_id, done.created.recorded_at, meta_text)
 
 
 def _root(
     tenant: str, conversation_id: str, branch_id: str, created_at: datetime, meta_text: str
 ) -> Conversation:
+    """A new root conversation, as `get_conversation` reads it back."""
     return Conversation(
         id=conversation_id,
         tenant=tenant,
