@@ -11,7 +11,11 @@ and Postgres, each on:
   conversation of its own side;
 - the batch: ten such messages per append;
 - the cold load of a 1,000-message head history as `Message` objects
-  (message cache off, as a freshly started process reads).
+  (message cache off, as a freshly started process reads);
+- the warm load of the same history through a store whose message cache
+  holds it (the chat loop's read: each turn replays the head it read
+  before); a sealed store serves opened messages from its cache after
+  checking, in the read, that their keys still exist.
 
 Each figure is the median over the rounds of each round's median time; the
 ratio is sealed over clear (the target: at most 1.15x the time); the exit
@@ -57,7 +61,7 @@ def _timed(fn: Callable[[], object], count: int) -> float:
     return statistics.median(times)
 
 
-def _round(ledger: Ledger, appends: int, loaded: str) -> dict[str, float]:
+def _round(ledger: Ledger, warm: Ledger, appends: int, loaded: str) -> dict[str, float]:
     conv = ledger.create_conversation().id
     one = _messages(1)
     ten = _messages(10)
@@ -66,6 +70,7 @@ def _round(ledger: Ledger, appends: int, loaded: str) -> dict[str, float]:
         "append": _timed(lambda: ledger.append_messages(conv, one), appends),
         "batch": _timed(lambda: ledger.append_messages(batch_conv, ten), appends // 4),
         "load": _timed(lambda: ledger.history(loaded), 20),
+        "warm": _timed(lambda: warm.history(loaded), 20),
     }
 
 
@@ -75,20 +80,22 @@ def measure(url: str, rounds: int, appends: int) -> dict[str, tuple[float, float
         admin.migrate()
     sealed_store = Store.open(url, kek=KEK, message_cache=0)
     clear_store = Store.open(url, kek=None, message_cache=0)
+    warm_stores = [Store.open(url, kek=KEK), Store.open(url, kek=None)]  # message cache on
     try:
         sides = {"sealed": sealed_store.tenant("bench"), "clear": clear_store.tenant("bench")}
+        warm = {"sealed": warm_stores[0].tenant("bench"), "clear": warm_stores[1].tenant("bench")}
         loaded = {}
         for name, ledger in sides.items():
             conv = ledger.create_conversation().id
             for i in range(0, 1000, 100):
                 ledger.append_messages(conv, _messages(100, i))
             loaded[name] = conv
-            _round(ledger, 20, conv)  # warm-up
+            _round(ledger, warm[name], 20, conv)  # warm-up (and the warm side's cache)
         results: dict[str, dict[str, list[float]]] = {"sealed": {}, "clear": {}}
         for r in range(rounds):
             order = ["sealed", "clear"] if r % 2 == 0 else ["clear", "sealed"]
             for name in order:
-                for key, value in _round(sides[name], appends, loaded[name]).items():
+                for key, value in _round(sides[name], warm[name], appends, loaded[name]).items():
                     results[name].setdefault(key, []).append(value)
         return {
             key: (
@@ -98,14 +105,15 @@ def measure(url: str, rounds: int, appends: int) -> dict[str, tuple[float, float
             for key in results["sealed"]
         }
     finally:
-        sealed_store.close()
-        clear_store.close()
+        for opened in (sealed_store, clear_store, *warm_stores):
+            opened.close()
 
 
 LABELS = {
     "append": "chat-loop append, 1 message",
     "batch": "batch append, 10 messages",
     "load": "cold load of 1,000 messages",
+    "warm": "warm load of the same 1,000 (message cache on)",
 }
 
 

@@ -548,7 +548,9 @@ class AsyncLedger:
 
     async def erase(self, subject: str, *, reason: str) -> Erasure:
         """See `Ledger.erase`."""
-        return await self._store.execute(self._ops.erase(subject, reason))
+        erasure = await self._store.execute(self._ops.erase(subject, reason))
+        self._ops.cache.clear()  # as Ledger.erase
+        return erasure
 
     async def events(
         self,

@@ -4,13 +4,17 @@ Events are never updated or deleted, so a message parsed once from an event
 stays right forever: the cache needs no invalidation. A chat loop replays
 the same head history on every turn; with the cache only the new messages
 are parsed. Bounded (least recently used goes first) and thread-safe.
+
+A sealed message is kept opened: the read that serves it checks, row by
+row, that its key still exists (`servable`), so an erasure shows at once,
+and the store that erases empties the cache (docs/erasure.md).
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from store.messages import Message, load_messages
 
@@ -25,22 +29,44 @@ class MessageCache:
         self._items: OrderedDict[int, Message] = OrderedDict()
         self._lock = threading.Lock()
 
-    def load(self, rows: Sequence[tuple[int, str]]) -> list[Message]:
-        """The messages of `(seq, payload)` rows, parsing only those not cached."""
+    def load(
+        self,
+        rows: Sequence[tuple[int, str]],
+        parse: Callable[[list[str]], list[Message]] = load_messages,
+        servable: Sequence[bool] | None = None,
+    ) -> list[Message]:
+        """The messages of `(seq, payload)` rows, parsing only those not cached.
+
+        `parse` turns the payloads of the rows not cached into messages;
+        `servable`, when given, says row by row which may be served from the
+        cache and kept in it (a sealed row only while its key exists: the
+        reader checks that on every read)."""
         if not self.size:
-            return load_messages([payload for _, payload in rows])
+            return parse([payload for _, payload in rows])
         with self._lock:
-            found = [self._items.get(seq) for seq, _ in rows]
-            for seq, message in zip(rows, found, strict=True):
+            if servable is None:
+                found = [self._items.get(seq) for seq, _ in rows]
+            else:
+                found = [
+                    self._items.get(row[0]) if ok else None
+                    for row, ok in zip(rows, servable, strict=True)
+                ]
+            for (seq, _), message in zip(rows, found, strict=True):
                 if message is not None:
-                    self._items.move_to_end(seq[0])
+                    self._items.move_to_end(seq)
         missing = [i for i, message in enumerate(found) if message is None]
         if missing:
-            parsed = load_messages([rows[i][1] for i in missing])
+            parsed = parse([rows[i][1] for i in missing])
             with self._lock:
                 for i, message in zip(missing, parsed, strict=True):
                     found[i] = message
-                    self._items[rows[i][0]] = message
+                    if servable is None or servable[i]:
+                        self._items[rows[i][0]] = message
                 while len(self._items) > self.size:
                     self._items.popitem(last=False)
         return found  # type: ignore[return-value]
+
+    def clear(self) -> None:
+        """Forget every message (after an erasure: opened ones leave memory too)."""
+        with self._lock:
+            self._items.clear()

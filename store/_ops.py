@@ -10,7 +10,7 @@ rule and each face method is one call: the faces differ only in `await`.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, TextIO, TypeVar, get_args
 
@@ -26,7 +26,16 @@ from store._checks import (
     check_long_text,
     check_new_id,
 )
-from store._crypto import PLAIN, KeyEncryptionKey, Seal, Sealer, is_sealed, refuse_sealed
+from store._crypto import (
+    PLAIN,
+    KeyEncryptionKey,
+    Seal,
+    Sealer,
+    is_sealed,
+    key_ids_of,
+    open_text,
+    refuse_sealed,
+)
 from store._errors import ConflictError, EncryptionError, InvalidInputError, SchemaError
 from store._sql import append as _append
 from store._sql import entries as _entries
@@ -67,20 +76,40 @@ T = TypeVar("T")
 _ORIGINS: frozenset[str] = frozenset(get_args(Origin))
 
 
-Unseal = Callable[[list[str]], list[str]]
-"""Opens the sealed texts among payloads read in one operation (`Sealer.open_texts`
-with the keys read on the operation's own connection)."""
+@dataclass(frozen=True)
+class Unseal:
+    """How one operation opens the sealed payloads it reads: the store's sealer, and
+    `fetch`, which reads the wrapped keys on the operation's own connection."""
+
+    sealer: Sealer
+    fetch: Callable[[set[str]], Mapping[str, bytes]]
+
+    def texts(self, texts: list[str]) -> list[str]:
+        """`texts` with each sealed one opened (or its erased marker)."""
+        return self.sealer.open_texts(texts, self.fetch)
 
 
 def _load(rows: list[tuple[int, str]], cache: MessageCache, unseal: Unseal | None) -> list[Message]:
-    """Messages from (seq, payload) rows: through the cache, or, when some are sealed,
-    opened first and parsed at once (opened messages are never cached: an erasure
-    must show at once)."""
+    """Messages from (seq, payload) rows, through the cache.
+
+    Sealed rows are opened with keys read in this operation, and an opened
+    message is served from the cache only while its key exists: an erasure
+    shows at once, and a message whose key is gone is never kept.
+    """
     if unseal is None:
         refuse_sealed([text for _, text in rows])
-    elif any(is_sealed(text) for _, text in rows):
-        return load_messages(unseal([text for _, text in rows]))
-    return cache.load(rows)
+        return cache.load(rows)
+    key_ids = key_ids_of([text for _, text in rows])
+    wanted = {i for i in key_ids if i is not None}
+    if not wanted:
+        return cache.load(rows)
+    keys = unseal.sealer.data_keys(wanted, unseal.fetch(wanted))
+
+    def parse(texts: list[str]) -> list[Message]:
+        return load_messages([open_text(t, keys) if is_sealed(t) else t for t in texts])
+
+    servable = [i is None or keys[i] is not None for i in key_ids]
+    return cache.load(rows, parse, servable)
 
 
 def _head_messages(
@@ -110,7 +139,7 @@ def _history(
         texts = projector.view_payloads(conn, conv.id, conv.forked_from is not None)
         if unseal is None:
             refuse_sealed(texts)
-        messages = load_messages(texts if unseal is None else unseal(texts))
+        messages = load_messages(texts if unseal is None else unseal.texts(texts))
     else:
         if isinstance(at, datetime):
             point = projector.head_at(conn, conv.id, at)
@@ -138,10 +167,7 @@ class Operations:
 
     def _unseal(self, fetch: Callable[[set[str]], Mapping[str, bytes]]) -> Unseal | None:
         """How a read opens sealed payloads, with `fetch` reading the keys (None: no key)."""
-        sealer = self.sealer
-        if sealer is None:
-            return None
-        return lambda texts: sealer.open_texts(texts, fetch)
+        return None if self.sealer is None else Unseal(self.sealer, fetch)
 
     def create_conversation(
         self,

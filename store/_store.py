@@ -552,7 +552,11 @@ class Ledger:
         passes. Erasing a subject again changes nothing and says so
         (`Erasure.already`). docs/erasure.md says what it guarantees.
         """
-        return self._store.execute(self._ops.erase(subject, reason))
+        erasure = self._store.execute(self._ops.erase(subject, reason))
+        # Opened messages leave this process's memory too (no read would serve
+        # them: each checks its keys).
+        self._ops.cache.clear()
+        return erasure
 
     def events(
         self,

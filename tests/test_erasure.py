@@ -328,6 +328,35 @@ def test_an_erasure_in_another_process_holds_here_at_once(
     assert len(sealed.events(conversation_id=conv.id)) == 3  # created, message, erased
 
 
+def test_opened_messages_are_served_from_the_cache_only_while_their_key_exists(
+    database_url: str, fast_paths: bool, sealed_store: Store, sealed: Ledger
+) -> None:
+    conv = sealed.create_conversation()
+    sealed.append_messages(conv.id, _turn("warm"))
+    first = sealed.history(conv.id, repaired=False)
+    again = sealed.history(conv.id, repaired=False)
+    assert again == first
+    if fast_paths:  # the head read's (the general path reads the head without the cache)
+        # A warm read opens nothing: the messages opened by the first read come back.
+        assert all(a is b for a, b in zip(again, first, strict=True))
+    # Erased by another process: this store's cache still holds the opened
+    # messages, and no read serves them.
+    with Store.open(database_url, kek=KEK) as elsewhere:
+        elsewhere.tenant(sealed.tenant).erase(conv.id, reason="from elsewhere")
+    erased = sealed.history(conv.id, repaired=False)
+    assert [m.content for m in erased] == [ERASED_CONTENT] * 4
+    assert sealed.history(conv.id, repaired=False) == erased  # markers are not cached as content
+
+    # Erased by this store: its cache lets go of every opened message.
+    other = sealed.create_conversation()
+    sealed.append_messages(other.id, _turn("dropped"))
+    sealed.history(other.id)
+    assert len(sealed_store.message_cache._items) > 0 or not fast_paths
+    sealed.erase(other.id, reason="here")
+    assert len(sealed_store.message_cache._items) == 0
+    assert sealed.history(other.id)[0].content == ERASED_CONTENT
+
+
 def test_another_tenants_subject_looks_missing(sealed_store: Store, sealed: Ledger) -> None:
     conv = sealed.create_conversation(subject="shared-name")
     other = sealed_store.tenant(f"other-{uuid.uuid4().hex[:8]}")

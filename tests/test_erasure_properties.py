@@ -10,11 +10,21 @@ key is erased, the markers pair as the plaintext did.
 
 from __future__ import annotations
 
+import json
+
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from hypothesis import given, settings
 
 from store import _repair
-from store._crypto import ERASED_CONTENT, DataKey, Seal, opened
+from store._crypto import (
+    ERASED_CONTENT,
+    DataKey,
+    Seal,
+    is_sealed,
+    key_id_of,
+    key_ids_of,
+    opened,
+)
 from store._values import NewEvent
 from store.messages import Message, dump_message, load_messages
 from tests.test_history_properties import histories
@@ -48,3 +58,24 @@ def test_erased_markers_keep_the_shape_repair_sees(history: list[Message]) -> No
     assert [(m.role, m.tool_call_id, [c.id for c in m.tool_calls]) for m in repaired_markers] == [
         (m.role, m.tool_call_id, [c.id for c in m.tool_calls]) for m in repaired_plain
     ]
+
+
+@settings(max_examples=200, deadline=None)
+@given(histories())
+def test_every_rows_key_id_is_read_in_one_pass_whatever_the_spelling(
+    history: list[Message],
+) -> None:
+    encoded = [(NewEvent.of_message(m), dump_message(m)) for m in history]
+    texts = [text for _, text in Seal(KEY, "s").events(encoded)]
+    # The same sealed JSON in another spelling (the sealed members reordered), and clear texts.
+    respelled = [_respelled(t) for t in texts]
+    clear = [text for _, text in encoded]
+    mixed = [t for triple in zip(texts, respelled, clear, strict=True) for t in triple]
+    assert key_ids_of(mixed) == [KEY.key_id, KEY.key_id, None] * len(history)
+    assert key_ids_of(mixed) == [key_id_of(t) if is_sealed(t) else None for t in mixed]
+
+
+def _respelled(text: str) -> str:
+    envelope = json.loads(text)
+    envelope["sealed"] = dict(reversed(envelope["sealed"].items()))
+    return json.dumps(envelope, separators=(",", ":"))
