@@ -150,10 +150,62 @@ def json_text(value: Any, what: str, *, sort_keys: bool = True) -> str:
     something else (a tuple into a list, `1` into `"1"`), or stored as a
     token no JSON parser accepts; each is refused here, naming where it is.
     """
+    if _plain(value):
+        text = json.dumps(
+            value, separators=(",", ":"), ensure_ascii=False, sort_keys=sort_keys, allow_nan=False
+        )
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            pass  # a lone surrogate somewhere: the walk below names where
+        else:
+            return text
     _check_plain(value, what)
     return json.dumps(
         value, separators=(",", ":"), ensure_ascii=False, sort_keys=sort_keys, allow_nan=False
     )
+
+
+def _plain(root: Any) -> bool:
+    """Whether `root` is plain JSON of the exact built-in types, and no deeper than
+    `MAX_JSON_DEPTH`: the common case, checked without naming where. False sends
+    the value to `_check_plain`, which accepts subclasses or says what is wrong."""
+    stack: list[tuple[Any, int]] = [(root, 0)]
+    while stack:
+        value, depth = stack.pop()
+        kind = type(value)
+        if kind is dict:
+            if depth >= MAX_JSON_DEPTH and value:
+                return False
+            for key, item in value.items():
+                if type(key) is not str:
+                    return False
+                t = type(item)
+                if t is str or t is int or t is bool or item is None:
+                    continue
+                if t is float:
+                    if not math.isfinite(item):
+                        return False
+                    continue
+                stack.append((item, depth + 1))
+        elif kind is list:
+            if depth >= MAX_JSON_DEPTH and value:
+                return False
+            for item in value:
+                t = type(item)
+                if t is str or t is int or t is bool or item is None:
+                    continue
+                if t is float:
+                    if not math.isfinite(item):
+                        return False
+                    continue
+                stack.append((item, depth + 1))
+        elif kind is float:
+            if not math.isfinite(value):
+                return False
+        elif not (kind is str or kind is int or kind is bool or value is None):
+            return False
+    return True
 
 
 def _check_plain(root: Any, what: str) -> None:

@@ -8,6 +8,7 @@ fault), and SQLite never stores past a declared width.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import math
 import uuid
 from collections.abc import Callable
@@ -30,6 +31,7 @@ from store import (
     StorageError,
     Store,
     ToolCall,
+    _checks,
 )
 from store.ids import new_id
 from store.schema import branches, conversations, events, runs, view_entries
@@ -482,3 +484,60 @@ def test_every_operation_given_bad_values_refuses_cleanly_or_round_trips(
     if name == "append tool arguments":
         stored = ledger.history(conv.id, repaired=False)[-1].tool_calls[0].arguments
         assert stored == value or stored == ToolCall(id="c", name="t", arguments=value).arguments
+
+
+def _reference_json_text(value: object, what: str) -> str:
+    """What `json_text` answers, by the walk that names where a value is not JSON."""
+    _checks._check_plain(value, what)
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
+
+
+class _Text(str):
+    pass
+
+
+_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(),  # NaN and the infinities included: refused
+    st.text(max_size=5),
+    st.sampled_from(["\ud800", "a\udfff", _Text("sub"), True, 1.5, (1, 2), {1}, b"x"]),
+)
+_values = st.recursive(
+    _scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4),
+        st.dictionaries(st.text(max_size=3), inner, max_size=4),
+        st.dictionaries(st.sampled_from([1, "\udc80", "k"]), inner, max_size=2),
+        st.tuples(inner),
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_values)
+def test_json_text_answers_as_the_walk_that_names_where(value: object) -> None:
+    try:
+        expected: object = _reference_json_text(value, "the value")
+    except InvalidInputError as error:
+        expected = str(error)
+    try:
+        got: object = _checks.json_text(value, "the value")
+    except InvalidInputError as error:
+        got = str(error)
+    assert got == expected
+
+
+def test_json_text_refuses_what_nests_too_deep_whatever_the_last_level_holds() -> None:
+    for leaf in (1, "s", None, 1.5, [], {}):
+        for levels, allowed in ((_checks.MAX_JSON_DEPTH, True), (_checks.MAX_JSON_DEPTH + 1, False)):
+            deep: object = leaf
+            for i in range(levels):
+                deep = [deep] if i % 2 else {"k": deep}
+            if allowed:  # the leaf at depth MAX_JSON_DEPTH
+                assert json.loads(_checks.json_text(deep, "it")) == deep
+            else:
+                with pytest.raises(InvalidInputError, match="deeper than"):
+                    _checks.json_text(deep, "it")
