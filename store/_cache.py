@@ -35,25 +35,25 @@ class MessageCache:
         parse: Callable[[list[str]], list[Message]] = load_messages,
         servable: Sequence[bool] | None = None,
     ) -> list[Message]:
-        """The messages of `(seq, payload)` rows, parsing only those not cached.
+        """The messages of `(seq, payload, ...)` rows, parsing only those not cached.
 
         `parse` turns the payloads of the rows not cached into messages;
         `servable`, when given, says row by row which may be served from the
         cache and kept in it (a sealed row only while its key exists: the
         reader checks that on every read)."""
         if not self.size:
-            return parse([payload for _, payload in rows])
+            return parse([row[1] for row in rows])
         with self._lock:
             if servable is None:
-                found = [self._items.get(seq) for seq, _ in rows]
+                found = [self._items.get(row[0]) for row in rows]
             else:
                 found = [
                     self._items.get(row[0]) if ok else None
                     for row, ok in zip(rows, servable, strict=True)
                 ]
-            for (seq, _), message in zip(rows, found, strict=True):
+            for row, message in zip(rows, found, strict=True):
                 if message is not None:
-                    self._items.move_to_end(seq)
+                    self._items.move_to_end(row[0])
         missing = [i for i, message in enumerate(found) if message is None]
         if missing:
             parsed = parse([rows[i][1] for i in missing])

@@ -89,20 +89,21 @@ class Unseal:
         return self.sealer.open_texts(texts, self.fetch)
 
 
-def _load(rows: list[tuple[int, str]], cache: MessageCache, unseal: Unseal | None) -> list[Message]:
-    """Messages from (seq, payload) rows, through the cache.
+def _load(rows: Sequence[tuple[Any, ...]], cache: MessageCache, unseal: Unseal | None) -> list[Message]:
+    """Messages from (seq, payload, ...) rows, through the cache.
 
     Sealed rows are opened with keys read in this operation, and an opened
     message is served from the cache only while its key exists: an erasure
     shows at once, and a message whose key is gone is never kept.
     """
+    texts = [row[1] for row in rows]
     if unseal is None:
-        refuse_sealed([text for _, text in rows])
-        return cache.load(rows)
-    key_ids = key_ids_of([text for _, text in rows])
+        refuse_sealed(texts)
+        return cache.load(rows) if cache.size else load_messages(texts)
+    key_ids = key_ids_of(texts)
     wanted = {i for i in key_ids if i is not None}
     if not wanted:
-        return cache.load(rows)
+        return cache.load(rows) if cache.size else load_messages(texts)
     keys = unseal.sealer.data_keys(wanted, unseal.fetch(wanted))
 
     def parse(texts: list[str]) -> list[Message]:
@@ -113,7 +114,7 @@ def _load(rows: list[tuple[int, str]], cache: MessageCache, unseal: Unseal | Non
 
 
 def _head_messages(
-    rows: list[tuple[int, str]] | None,
+    rows: Sequence[tuple[Any, ...]] | None,
     repaired: bool,
     cache: MessageCache,
     unseal: Unseal | None = None,

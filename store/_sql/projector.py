@@ -351,17 +351,18 @@ _SQLITE_OWN_HEAD = _OWN_HEAD_FIRST.format(id="?", tenant="?")
 
 def head_payloads_postgres(
     cursor: Any, tenant: str, conversation_id: str
-) -> list[tuple[int, str]] | None:
-    """The head view's (seq, payload) rows in one query; None when there are none.
+) -> list[tuple[Any, ...]] | None:
+    """The head view's (seq, payload, ...) rows, in one query for a conversation that
+    is no fork; None when there are none. A row may hold more columns after those two.
 
     None covers both an empty history and a conversation that does not exist
     for this tenant; the caller tells them apart.
     """
     params = {"id": conversation_id, "tenant": tenant}
     cursor.execute(_PG_OWN_HEAD, params)
-    own = cursor.fetchall()
+    own: list[tuple[Any, ...]] = cursor.fetchall()
     if own and not own[0][2]:
-        return [(seq, payload) for seq, payload, _ in own]
+        return own  # (seq, payload, False) rows: readers take the first two
     # A fork (or no entries of its own): its inherited entries too.
     cursor.execute(_PG_HEAD_PAYLOADS, params)
     rows: list[tuple[int, str]] = cursor.fetchall()
@@ -370,12 +371,12 @@ def head_payloads_postgres(
 
 def head_payloads_sqlite(
     cursor: Any, tenant: str, conversation_id: str
-) -> list[tuple[int, str]] | None:
+) -> list[tuple[Any, ...]] | None:
     """`head_payloads_postgres` through a SQLite DB-API cursor."""
     cursor.execute(_SQLITE_OWN_HEAD, (conversation_id, tenant))
-    own = cursor.fetchall()
+    own: list[tuple[Any, ...]] = cursor.fetchall()
     if own and not own[0][2]:
-        return [(seq, payload) for seq, payload, _ in own]
+        return own  # (seq, payload, False) rows: readers take the first two
     cursor.execute(_SQLITE_HEAD_PAYLOADS, (conversation_id, tenant) * 2)
     rows: list[tuple[int, str]] = cursor.fetchall()
     return rows or None
