@@ -14,6 +14,7 @@ to derive a changed one.
 
 from __future__ import annotations
 
+import gc
 import json
 from collections.abc import Iterable, Sequence
 from typing import Annotated, Any, Literal
@@ -276,13 +277,31 @@ def load_message(data: str | bytes | dict[str, Any]) -> Message:
         ) from exc
 
 
+_PAUSE_AT = 64
+"""How many messages a parse takes before it pauses the cyclic garbage collector."""
+
+
 def load_messages(texts: Sequence[str] | Iterable[str]) -> list[Message]:
-    """Validate many JSON message texts in one pass (the fast path for reads)."""
+    """Validate many JSON message texts in one pass (the fast path for reads).
+
+    A parse of many messages runs with the cyclic garbage collector paused
+    (ADR 0028): the objects it builds are all alive until it returns, and the
+    collections their allocation would set off cost more than the parse (a
+    1,000-message history parses two to three times as fast). The collector
+    is turned back on only if it was on.
+    """
+    texts = texts if isinstance(texts, Sequence) else list(texts)
     joined = "[" + ",".join(texts) + "]"
+    paused = len(texts) >= _PAUSE_AT and gc.isenabled()
+    if paused:
+        gc.disable()
     try:
         return _MESSAGE_LIST.validate_json(joined)
     except ValidationError as exc:
         raise InvalidInputError(f"Stored messages are not valid: {_describe(exc)}.") from exc
+    finally:
+        if paused:
+            gc.enable()
 
 
 def _describe(exc: ValidationError) -> str:

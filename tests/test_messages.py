@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from typing import Any
 
@@ -204,3 +205,32 @@ def test_usage_adds_up_and_keeps_unreported_cache_tokens_unset() -> None:
     total = Usage(input_tokens=1, output_tokens=2) + Usage(input_tokens=3, cache_read_tokens=4)
     assert total == Usage(input_tokens=4, output_tokens=2, cache_read_tokens=4)
     assert total.cache_write_tokens is None
+
+
+def test_a_large_parse_runs_no_collection_and_leaves_the_collector_as_it_found_it() -> None:
+    texts = [dump_message(Message(role="user", content=f"m{i}", parts=[])) for i in range(2000)]
+    collections: list[str] = []
+
+    def count(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collections.append(phase)
+
+    gc.callbacks.append(count)
+    try:
+        assert gc.isenabled()
+        loaded = load_messages(texts)
+        during = len(collections)  # before anything else allocates
+        assert during == 0  # 2,000 messages' objects, and not one collection
+        assert [m.content for m in loaded] == [f"m{i}" for i in range(2000)]
+        assert gc.isenabled()
+        with pytest.raises(InvalidInputError):
+            load_messages([*texts, '{"role": "nobody"}'])
+        assert gc.isenabled()  # turned back on after a refusal too
+        gc.disable()
+        try:
+            load_messages(texts)
+            assert not gc.isenabled()  # off stays off
+        finally:
+            gc.enable()
+    finally:
+        gc.callbacks.remove(count)
