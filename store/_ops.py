@@ -113,6 +113,11 @@ def _load(rows: Sequence[tuple[Any, ...]], cache: MessageCache, unseal: Unseal |
     return cache.load(rows, parse, servable)
 
 
+def _refusing_sealed(texts: list[str]) -> list[str]:
+    refuse_sealed(texts)
+    return texts
+
+
 def _head_messages(
     rows: Sequence[tuple[Any, ...]] | None,
     repaired: bool,
@@ -165,6 +170,12 @@ class Operations:
         """An `Op` of this tenant: sealed content in its result opens only with this
         tenant's keys (`store._sealing.opening`)."""
         return Op(action, tenant=self.tenant, **fields)
+
+    def _opening(self, c: Connection) -> _entries.Opening:
+        """How a read on `c` opens the payloads it parses: with this tenant's keys, or,
+        on a store without a key, by refusing sealed ones (`Op.opens`)."""
+        unseal = self._unseal(lambda ids: _keys.keys_by_id(c, ids, self.tenant))
+        return _refusing_sealed if unseal is None else unseal.texts
 
     def _unseal(self, fetch: Callable[[set[str]], Mapping[str, bytes]]) -> Unseal | None:
         """How a read opens sealed payloads, with `fetch` reading the keys (None: no key)."""
@@ -242,13 +253,14 @@ class Operations:
         def read(c: Connection) -> list[Entry]:
             conv = _log.get_conversation(c, self.tenant, conversation_id)
             point = None if at is None else _log.resolve_position(c, conv, at)
-            return _entries.entries(c, conv, point, last)
+            return _entries.entries(c, conv, point, last, self._opening(c))
 
         # At an explicit position the answer may lag (a replica's); at the head it may not.
         return self._op(
             f"reading the entries of conversation '{conversation_id}'",
             write=False,
             replica=at is not None,
+            opens=True,  # `_opening`: the entries are not looked through afterwards
             fn=read,
         )
 
@@ -257,7 +269,8 @@ class Operations:
         return self._op(
             f"reading entry '{event_id}'",
             write=False,
-            fn=lambda c: _entries.entry(c, self.tenant, event_id),
+            opens=True,
+            fn=lambda c: _entries.entry(c, self.tenant, event_id, self._opening(c)),
         )
 
     def set_state(

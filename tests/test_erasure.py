@@ -149,7 +149,8 @@ def test_a_store_without_the_key_cannot_read_or_write_sealed_content(
     database_url: str, sealed: Ledger
 ) -> None:
     conv = sealed.create_conversation()
-    sealed.append_messages(conv.id, [Message(role="user", content="secret")])
+    minted = str(uuid.uuid4())
+    sealed.append_messages(conv.id, [Message(role="user", content="secret")], ids=[minted])
     for fast in (True, False):  # a history read refuses by itself, on every path
         with Store.open(database_url, kek=None, fast_paths=fast) as bare:
             ledger = bare.tenant(sealed.tenant)
@@ -157,6 +158,10 @@ def test_a_store_without_the_key_cannot_read_or_write_sealed_content(
                 for repaired in (True, False):
                     with pytest.raises(EncryptionError, match="key-encryption key"):
                         ledger.history(conv.id, at=at, repaired=repaired)
+                with pytest.raises(EncryptionError, match="key-encryption key"):
+                    ledger.entries(conv.id, at=at)
+            with pytest.raises(EncryptionError, match="key-encryption key"):
+                ledger.entry(minted)
     with Store.open(database_url, kek=None) as bare:
         ledger = bare.tenant(sealed.tenant)
         with pytest.raises(EncryptionError, match="key-encryption key"):
@@ -486,6 +491,36 @@ def test_copied_ciphertext_is_never_opened_outside_its_place(
     with Store.open(database_url, kek=None) as bare:
         clear = bare.tenant(attacker.tenant).create_conversation({"sealed": envelope})
     assert attacker.conversation(clear.id).metadata == {"sealed": envelope}
+
+
+def test_a_message_row_holding_another_tenants_ciphertext_reads_as_erased_everywhere(
+    sealed_store: Store, sealed: Ledger
+) -> None:
+    victim = sealed.create_conversation()
+    sealed.append_messages(victim.id, [Message(role="user", content="VICTIM SECRET")])
+    stolen = next(p for k, p in _stored_payloads(sealed_store, victim.id) if k == "message.recorded")
+    attacker = sealed_store.tenant(f"attacker-{uuid.uuid4().hex[:8]}")
+    mine = attacker.create_conversation()
+    minted = str(uuid.uuid4())
+    written = attacker.append_messages(
+        mine.id, [Message(role="user", content="mine")], ids=[minted]
+    ).events[0]
+    # Past the API (a superuser's write): the attacker's message row holds the
+    # victim's ciphertext. Every read of it opens with the attacker's keys only.
+    with triggers_off(sealed_store) as conn:
+        conn.execute(
+            sa.text("UPDATE chatledger_events SET payload = :p WHERE conversation_id = :c AND seq = :s"),
+            {"p": stolen, "c": mine.id, "s": written.seq},
+        )
+    reads = [
+        attacker.history(mine.id)[-1],
+        attacker.history(mine.id, at=written.position)[-1],
+        attacker.entries(mine.id)[-1].message,
+        attacker.entries(mine.id, last=1)[-1].message,
+        attacker.entry(minted).message,
+    ]
+    assert all(m.content == ERASED_CONTENT for m in reads)
+    assert sealed.history(victim.id)[0].content == "VICTIM SECRET"  # the victim's, untouched
 
 
 def test_a_run_caught_by_an_erasure_still_ends(sealed: Ledger) -> None:

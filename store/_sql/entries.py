@@ -16,7 +16,7 @@ What agent frameworks need beside the chat-loop append:
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -57,6 +57,15 @@ __all__ = [
 ]
 
 MESSAGE = "message.recorded"
+Opening = Callable[[list[str]], list[str]]
+"""What a read does to stored payloads before it parses them: opens the sealed ones
+(or refuses them, on a store without a key)."""
+
+
+def _as_stored(texts: list[str]) -> list[str]:
+    return texts
+
+
 MAX_STATE_CHARS = 1024 * 1024
 """The largest state, as JSON text: it is written on every change, with the row."""
 _COLUMNS = (
@@ -71,10 +80,15 @@ _COLUMNS = (
 
 
 def entries(
-    conn: Connection, conv: Conversation, at: Position | None, last: int | None
+    conn: Connection,
+    conv: Conversation,
+    at: Position | None,
+    last: int | None,
+    opening: Opening = _as_stored,
 ) -> list[Entry]:
     """The messages of the lineage ending at `at` (None: the head), oldest first;
-    only the last `last` of them when given."""
+    only the last `last` of them when given. `opening` turns the stored payloads
+    into the texts to parse (opening sealed ones)."""
     position: sa.ColumnElement[Any]
     if at is None:
         head = projector.view_rows(conv.id, _COLUMNS, conv.forked_from is not None)
@@ -87,16 +101,16 @@ def entries(
         )
         position = events.c.position
     if last is not None:
-        rows = list(conn.execute(query.order_by(position.desc()).limit(last)))
+        rows = list(conn.execute(query.order_by(position.desc()).limit(last)).all())
         rows.reverse()
     else:
-        rows = list(conn.execute(query.order_by(position)))
-    return _entries(rows)
+        rows = list(conn.execute(query.order_by(position)).all())
+    return _entries(rows, opening)
 
 
-def entry(conn: Connection, tenant: str, event_id: str) -> Entry:
+def entry(conn: Connection, tenant: str, event_id: str, opening: Opening = _as_stored) -> Entry:
     """The message whose event id its caller minted; `NotFoundError` otherwise,
-    and for another tenant's."""
+    and for another tenant's. `opening` as for `entries`."""
     _checks.check_id(event_id, "event")
     row = conn.execute(
         sa.select(*_COLUMNS)
@@ -113,22 +127,25 @@ def entry(conn: Connection, tenant: str, event_id: str) -> Entry:
     ).first()
     if row is None:
         raise NotFoundError("entry", event_id, tenant)
-    (found,) = _entries([row])
+    (found,) = _entries([row], opening)
     return found
 
 
-def _entries(rows: Sequence[Any]) -> list[Entry]:
-    messages = load_messages([r.payload for r in rows])
+def _entries(rows: Sequence[Any], opening: Opening) -> list[Entry]:
+    """Entries of rows of `_COLUMNS` (read by index: a row's attributes cost more)."""
+    messages = load_messages(opening([r[6] for r in rows]))
     return [
         Entry(
-            event_id=str(r.id),
-            conversation_id=str(r.conversation_id),
-            position=Position(str(r.branch_id), r.position),
-            seq=r.seq,
-            recorded_at=utc(r.recorded_at),
+            event_id=str(event_id),
+            conversation_id=str(conversation_id),
+            position=Position(str(branch_id), position),
+            seq=seq,
+            recorded_at=utc(recorded_at),
             message=message,
         )
-        for r, message in zip(rows, messages, strict=True)
+        for (seq, event_id, conversation_id, branch_id, position, recorded_at, _), message in zip(
+            rows, messages, strict=True
+        )
     ]
 
 
