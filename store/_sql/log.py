@@ -26,7 +26,7 @@ from store._errors import ConflictError, EncryptionError, InvalidInputError, Not
 from store._sql import chain as _chain
 from store._sql import keys as _keys
 from store._sql import projector
-from store._sql.dialect import db_now, for_update
+from store._sql.dialect import db_now, for_update, is_sqlite
 from store._sql.translate import unique_violation
 from store._values import (
     Branch,
@@ -893,7 +893,12 @@ def list_events(
     if after_seq is not None:
         check_int(after_seq, "after_seq", minimum=0, maximum=MAX_INT64)
         query = query.where(events.c.seq > after_seq)
-    query = query.order_by(events.c.seq)
+    if conversation_id is not None and is_sqlite(conn):
+        # SQLite's `txid` is always 0: the same order, read off the conversation's
+        # index (conversation_id, txid, seq) instead of sorted afresh.
+        query = query.order_by(events.c.txid, events.c.seq)
+    else:
+        query = query.order_by(events.c.seq)
     if limit is not None:
         query = query.limit(check_limit(limit))
     return [event_from_row(r) for r in conn.execute(query).all()]
