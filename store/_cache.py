@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from store.messages import Message, load_messages
 
@@ -31,7 +32,7 @@ class MessageCache:
 
     def load(
         self,
-        rows: Sequence[tuple[int, str]],
+        rows: Sequence[tuple[Any, ...]],
         parse: Callable[[list[str]], list[Message]] = load_messages,
         servable: Sequence[bool] | None = None,
     ) -> list[Message]:

@@ -154,8 +154,18 @@ def _history(
         else:
             point = _log.resolve_position(conn, conv, at)
         rows = projector.message_rows(conn, projector.lineage(conn, point))
-        messages = _load(rows, cache, unseal)
+        messages = _as_stored(rows, cache)
     return _repair.repaired(messages) if repaired else messages
+
+
+def _as_stored(rows: Sequence[tuple[Any, ...]], cache: MessageCache) -> list[Message]:
+    """Messages from (seq, payload, ...) rows with sealed content left sealed (the face
+    opens it, `store._sealing.opening`); those never go through the cache, which
+    holds opened messages only."""
+    texts = [row[1] for row in rows]
+    if any(map(is_sealed, texts)) or not cache.size:
+        return load_messages(texts)
+    return cache.load(rows)
 
 
 class Operations:
@@ -252,15 +262,19 @@ class Operations:
 
         def read(c: Connection) -> list[Entry]:
             conv = _log.get_conversation(c, self.tenant, conversation_id)
-            point = None if at is None else _log.resolve_position(c, conv, at)
-            return _entries.entries(c, conv, point, last, self._opening(c))
+            if at is None:
+                return _entries.entries(c, conv, None, last, self._opening(c))
+            return _entries.entries(c, conv, _log.resolve_position(c, conv, at), last)
 
-        # At an explicit position the answer may lag (a replica's); at the head it may not.
+        # At an explicit position the answer may lag (a replica's); at the head it may
+        # not. The head's entries open their own content (`_opening`) and are not looked
+        # through afterwards; those read at a position, maybe on a replica, are opened
+        # with keys read on the primary, where an erasure shows at once.
         return self._op(
             f"reading the entries of conversation '{conversation_id}'",
             write=False,
             replica=at is not None,
-            opens=True,  # `_opening`: the entries are not looked through afterwards
+            opens=at is None,
             fn=read,
         )
 
@@ -462,7 +476,11 @@ class Operations:
             # At an explicit position or time the answer may lag (a replica's);
             # at the head it may not: a caller reads what it just appended.
             replica=at is not None,
-            opens=True,  # every form opens (or refuses) what it reads: `_load`, `_history`
+            # The head's forms open (or refuse) what they read: `_load`, `_history`.
+            # A read at a position, maybe on a replica, leaves its sealed content as
+            # stored, for the face to open with keys read on the primary, where an
+            # erasure shows at once.
+            opens=at is None,
             fn=lambda c: _history(
                 c,
                 self.tenant,

@@ -293,9 +293,9 @@ def load_messages(texts: Sequence[str] | Iterable[str]) -> list[Message]:
     texts = texts if isinstance(texts, Sequence) else list(texts)
     joined = "[" + ",".join(texts) + "]"
     paused = len(texts) >= _PAUSE_AT and gc.isenabled()
-    if paused:
-        gc.disable()
     try:
+        if paused:
+            gc.disable()
         return _MESSAGE_LIST.validate_json(joined)
     except ValidationError as exc:
         raise InvalidInputError(f"Stored messages are not valid: {_describe(exc)}.") from exc

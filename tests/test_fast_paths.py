@@ -168,6 +168,35 @@ async def test_an_async_store_on_a_callers_engine_runs_every_operation_on_that_e
         await engine.dispose()
 
 
+async def test_a_taken_id_refused_on_a_callers_engine_writes_nothing(database_url: str) -> None:
+    # On a caller's engine the fast forms run inside the operation's own
+    # transaction, before the general path: a form that gave up after writing
+    # would leave its rows for the general path to build on.
+    url = sa.make_url(database_url)
+    if url.get_backend_name() == "sqlite":
+        url = url.set(drivername="sqlite+aiosqlite")
+    engine = create_async_engine(url)
+    try:
+        async with AsyncStore.open(engine=engine) as store:
+            ledger = store.tenant(f"callers-{uuid.uuid4().hex[:8]}")
+            first = await ledger.create_conversation()
+            second = await ledger.create_conversation()
+            taken = new_id()
+            await ledger.append_messages(first.id, turn("mine"), ids=[taken])
+            before = await ledger.events(conversation_id=second.id)
+            for key in (None, "retry-key"):
+                with pytest.raises(ConflictError, match="is taken"):
+                    await ledger.append_messages(
+                        second.id, turn("again"), ids=[taken], idempotency_key=key
+                    )
+            assert await ledger.events(conversation_id=second.id) == before
+            assert await ledger.history(second.id) == []
+            await ledger.append_messages(second.id, turn("next"))  # the head is whole
+            assert [m.content for m in await ledger.history(second.id)] == ["next"]
+    finally:
+        await engine.dispose()
+
+
 def written(ledger: Ledger) -> list[Any]:
     """The same turns, every case of the append; what each step returned and read back."""
     steps: list[Any] = []

@@ -36,6 +36,7 @@ import pytest
 import sqlalchemy as sa
 
 from store import AsyncStore, Event, InvalidInputError, Message, NewEvent, Page, Store, Verification
+from store._crypto import ERASED_CONTENT
 
 
 def _pg_bin() -> Path:
@@ -295,6 +296,34 @@ def test_stale_tolerant_reads_run_on_the_replica(cluster: Cluster, store: Store)
     assert seen[-1].id == appended.events[-1].id
     assert [m.content for m in ledger.history(conv.id, at=now)] == ["first", "second"]
     assert ledger.verify(conv.id).checked == len(seen)
+
+
+def test_an_erasure_shows_in_reads_the_replica_answers_before_it_replays_it(
+    cluster: Cluster,
+) -> None:
+    kek = os.urandom(32)
+    with Store.open(cluster.primary, replicas=[cluster.replica], kek=kek) as sealed:
+        ledger = sealed.tenant(tenant())
+        conv = ledger.create_conversation()
+        appended = ledger.append_messages(conv.id, said("secret"))
+        cluster.catch_up()
+        at = appended.head
+        assert [m.content for m in ledger.history(conv.id, at=at)] == ["secret"]
+        with cluster.paused():
+            ledger.erase(conv.id, reason="request")
+            # The replica still holds the subject's key; its rows are opened with
+            # the keys the primary has, and there the key is gone.
+            for read in (
+                [m.content for m in ledger.history(conv.id, at=at)],
+                [m.content for m in ledger.history(conv.id, at=at, repaired=False)],
+                [e.message.content for e in ledger.entries(conv.id, at=at)],
+                [e.message.content for e in ledger.entries(conv.id, at=2)],
+            ):
+                assert read == [ERASED_CONTENT]
+            with Store.open(cluster.replica, kek=kek) as replica:
+                # (the replica has not replayed the erasure: read directly, it opens)
+                direct = replica.tenant(ledger.tenant).history(conv.id)
+                assert [m.content for m in direct] == ["secret"]
 
 
 def test_store_verify_checks_the_log_as_the_replica_has_it(cluster: Cluster, store: Store) -> None:

@@ -26,7 +26,6 @@ conformance suite runs twice: as shipped, and with the fast paths off
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -180,6 +179,7 @@ _SQLITE_HEAD = (
     "FROM chatledger_conversations WHERE id = ? AND tenant = ?"
 )
 _SQLITE_NAMED = "INSERT INTO chatledger_event_ids (id, conversation_id, event_seq) VALUES {values}"
+_SQLITE_NAMED_TAKEN = "SELECT 1 FROM chatledger_event_ids WHERE id IN ({ids}) LIMIT 1"
 _SQLITE_MOVE_STATE = (
     "UPDATE chatledger_conversations SET head_position = ?, head_open = 1, head_hash = ?, "
     "state = ? WHERE id = ?"
@@ -330,9 +330,8 @@ def append_sqlite(
 ) -> InPlace | None:
     """Append in place through a DB-API cursor inside the caller's `BEGIN IMMEDIATE`.
 
-    The writer lock is held, so read-then-write is safe. Returns None when the
-    common case does not apply, having written nothing, or, when a caller-minted
-    id is taken, what the caller then rolls back. `named`, `state` and
+    The writer lock is held, so read-then-write is safe. Returns None having
+    written nothing when the common case does not apply. `named`, `state` and
     `expected_state` are as for `append_postgres`.
     """
     cursor.execute(_SQLITE_HEAD, (conversation_id, tenant))
@@ -349,6 +348,10 @@ def append_sqlite(
     key = idempotency_key
     if key is not None:
         cursor.execute(_SQLITE_KEY, (conversation_id, key))
+        if cursor.fetchone() is not None:
+            return None
+    if named:
+        cursor.execute(_SQLITE_NAMED_TAKEN.format(ids=", ".join("?" * len(named))), list(named))
         if cursor.fetchone() is not None:
             return None
     last = len(encoded)
@@ -392,12 +395,7 @@ def append_sqlite(
         cursor.execute(_sqlite_values(_SQLITE_VIEW, "(?, ?, ?)", len(views) // 3), views)
     if named:
         rows = [v for i in range(len(named)) for v in (ids[i], conversation_id, written[i][0])]
-        try:
-            cursor.execute(_sqlite_values(_SQLITE_NAMED, "(?, ?, ?)", len(named)), rows)
-        except sqlite3.IntegrityError:
-            # An id is taken (the table's key): nothing of this attempt is
-            # committed, and the general path says which id.
-            return None
+        cursor.execute(_sqlite_values(_SQLITE_NAMED, "(?, ?, ?)", len(named)), rows)
     if state is None:
         cursor.execute(_SQLITE_MOVE, (start + last, previous, conversation_id))
     else:
