@@ -150,20 +150,17 @@ def json_text(value: Any, what: str, *, sort_keys: bool = True) -> str:
     something else (a tuple into a list, `1` into `"1"`), or stored as a
     token no JSON parser accepts; each is refused here, naming where it is.
     """
-    if _plain(value):
-        text = json.dumps(
-            value, separators=(",", ":"), ensure_ascii=False, sort_keys=sort_keys, allow_nan=False
-        )
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            pass  # a lone surrogate somewhere: the walk below names where
-        else:
-            return text
-    _check_plain(value, what)
-    return json.dumps(
+    if not _plain(value):
+        _check_plain(value, what)  # refuses it, naming where, or accepts subclasses
+    text = json.dumps(
         value, separators=(",", ":"), ensure_ascii=False, sort_keys=sort_keys, allow_nan=False
     )
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        _check_plain(value, what)  # a lone surrogate somewhere: names where
+        raise
+    return text
 
 
 def _plain(root: Any) -> bool:
@@ -174,32 +171,17 @@ def _plain(root: Any) -> bool:
     while stack:
         value, depth = stack.pop()
         kind = type(value)
-        if kind is dict:
+        if kind is dict or kind is list:
             if depth >= MAX_JSON_DEPTH and value:
                 return False
-            for key, item in value.items():
-                if type(key) is not str:
+            if kind is dict:
+                if any(type(key) is not str for key in value):
                     return False
-                t = type(item)
-                if t is str or t is int or t is bool or item is None:
-                    continue
-                if t is float:
-                    if not math.isfinite(item):
-                        return False
-                    continue
-                stack.append((item, depth + 1))
-        elif kind is list:
-            if depth >= MAX_JSON_DEPTH and value:
-                return False
+                value = value.values()
             for item in value:
                 t = type(item)
-                if t is str or t is int or t is bool or item is None:
-                    continue
-                if t is float:
-                    if not math.isfinite(item):
-                        return False
-                    continue
-                stack.append((item, depth + 1))
+                if not (t is str or t is int or t is bool or item is None):
+                    stack.append((item, depth + 1))  # a container, a float or not JSON
         elif kind is float:
             if not math.isfinite(value):
                 return False

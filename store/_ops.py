@@ -99,11 +99,11 @@ def _load(rows: Sequence[tuple[Any, ...]], cache: MessageCache, unseal: Unseal |
     texts = [row[1] for row in rows]
     if unseal is None:
         refuse_sealed(texts)
-        return cache.load(rows) if cache.size else load_messages(texts)
+        return cache.load(rows)
     key_ids = key_ids_of(texts)
     wanted = {i for i in key_ids if i is not None}
     if not wanted:
-        return cache.load(rows) if cache.size else load_messages(texts)
+        return cache.load(rows)
     keys = unseal.sealer.data_keys(wanted, unseal.fetch(wanted))
 
     def parse(texts: list[str]) -> list[Message]:
@@ -162,9 +162,8 @@ def _as_stored(rows: Sequence[tuple[Any, ...]], cache: MessageCache) -> list[Mes
     """Messages from (seq, payload, ...) rows with sealed content left sealed (the face
     opens it, `store._sealing.opening`); those never go through the cache, which
     holds opened messages only."""
-    texts = [row[1] for row in rows]
-    if any(map(is_sealed, texts)) or not cache.size:
-        return load_messages(texts)
+    if any(is_sealed(row[1]) for row in rows):
+        return load_messages([row[1] for row in rows])
     return cache.load(rows)
 
 

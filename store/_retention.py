@@ -152,9 +152,9 @@ def _apply(
         return SubjectOutcome(
             plan.tenant, subject, conversation_ids, exported, error=" ".join(str(error).split())
         )
-    ops.cache.clear()  # opened messages leave memory, as after Ledger.erase
     if done is None:  # written to since the plan, or a new conversation: not due now
         return SubjectOutcome(plan.tenant, subject, conversation_ids, exported, active=True)
+    ops.cache.clear()  # opened messages leave memory, as after Ledger.erase
     return SubjectOutcome(plan.tenant, subject, conversation_ids, exported, erased=True)
 
 

@@ -62,7 +62,7 @@ Opening = Callable[[list[str]], list[str]]
 (or refuses them, on a store without a key)."""
 
 
-def _as_stored(texts: list[str]) -> list[str]:
+def _unopened(texts: list[str]) -> list[str]:
     return texts
 
 
@@ -84,7 +84,7 @@ def entries(
     conv: Conversation,
     at: Position | None,
     last: int | None,
-    opening: Opening = _as_stored,
+    opening: Opening = _unopened,
 ) -> list[Entry]:
     """The messages of the lineage ending at `at` (None: the head), oldest first;
     only the last `last` of them when given. `opening` turns the stored payloads
@@ -100,15 +100,13 @@ def entries(
             projector.in_segments(segments), events.c.kind == MESSAGE
         )
         position = events.c.position
-    if last is not None:
-        rows = list(conn.execute(query.order_by(position.desc()).limit(last)).all())
-        rows.reverse()
-    else:
-        rows = list(conn.execute(query.order_by(position)).all())
-    return _entries(rows, opening)
+    if last is None:
+        return _entries(conn.execute(query.order_by(position)).all(), opening)
+    newest_first = conn.execute(query.order_by(position.desc()).limit(last)).all()
+    return _entries(newest_first[::-1], opening)
 
 
-def entry(conn: Connection, tenant: str, event_id: str, opening: Opening = _as_stored) -> Entry:
+def entry(conn: Connection, tenant: str, event_id: str, opening: Opening = _unopened) -> Entry:
     """The message whose event id its caller minted; `NotFoundError` otherwise,
     and for another tenant's. `opening` as for `entries`."""
     _checks.check_id(event_id, "event")
