@@ -168,14 +168,16 @@ async def test_a_fact_only_in_history_is_never_cited_and_a_miss_stays_a_refusal(
     client_for: Client, route: str
 ) -> None:
     client = client_for(retrieval_agent())
-    history = [["user", "What was FY2099 revenue?"], ["assistant", "FY2099 revenue was 999."]]
+    # The fact's value is a word no id, count or hash can hold by chance.
+    fact = "FY2099 revenue was nine hundred zorkmids."
+    history = [["user", "What was FY2099 revenue?"], ["assistant", fact]]
     response = await client.post(
         route, json={"question": "What was FY2099 revenue?", "history": history}
     )
     answer = stream_events(response)[-1][1] if route.endswith("stream") else response.json()
     assert answer["answer"] == NOT_FOUND
     assert answer["sources"] == []
-    assert "999" not in json.dumps(answer)
+    assert "zorkmid" not in json.dumps(answer)
 
 
 LEAK = "MARKER-RESTRICTED-7f3a"
