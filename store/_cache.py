@@ -5,6 +5,11 @@ stays right forever: the cache needs no invalidation. A chat loop replays
 the same head history on every turn; with the cache only the new messages
 are parsed. Bounded (least recently used goes first) and thread-safe.
 
+A cached message is served only for the very payload it was parsed from
+(the row's text, compared whole): a `seq` alone can name two events on
+SQLite, whose rowid is taken again after a transaction that read its own
+uncommitted append rolls back.
+
 A sealed message is kept opened: the read that serves it checks, row by
 row, that its key still exists (`servable`), so an erasure shows at once,
 and the store that erases empties the cache (docs/erasure.md).
@@ -27,7 +32,7 @@ class MessageCache:
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self._items: OrderedDict[int, Message] = OrderedDict()
+        self._items: OrderedDict[int, tuple[str, Message]] = OrderedDict()
         self._lock = threading.Lock()
 
     def load(
@@ -45,16 +50,15 @@ class MessageCache:
         if not self.size:
             return parse([row[1] for row in rows])
         with self._lock:
-            if servable is None:
-                found = [self._items.get(row[0]) for row in rows]
-            else:
-                found = [
-                    self._items.get(row[0]) if ok else None
-                    for row, ok in zip(rows, servable, strict=True)
-                ]
-            for row, message in zip(rows, found, strict=True):
-                if message is not None:
-                    self._items.move_to_end(row[0])
+            items = self._items
+            found: list[Message | None] = []
+            for k, row in enumerate(rows):
+                kept = items.get(row[0])
+                if kept is not None and kept[0] == row[1] and (servable is None or servable[k]):
+                    items.move_to_end(row[0])
+                    found.append(kept[1])
+                else:
+                    found.append(None)
         missing = [i for i, message in enumerate(found) if message is None]
         if missing:
             parsed = parse([rows[i][1] for i in missing])
@@ -62,7 +66,7 @@ class MessageCache:
                 for i, message in zip(missing, parsed, strict=True):
                     found[i] = message
                     if servable is None or servable[i]:
-                        self._items[rows[i][0]] = message
+                        self._items[rows[i][0]] = (rows[i][1], message)
                 while len(self._items) > self.size:
                     self._items.popitem(last=False)
         return found  # type: ignore[return-value]

@@ -14,6 +14,7 @@ from store import (
     Store,
     ToolCall,
 )
+from store._ops import Operations
 
 
 def user(text: str) -> Message:
@@ -230,3 +231,27 @@ def test_cached_and_uncached_reads_agree(database_url: str, ledger: Ledger) -> N
         plain = uncached.tenant(ledger.tenant).history(conv.id)
     assert second == plain and second[:2] == first
     assert [m.content for m in second] == ["one", "two", "three"]
+
+
+def test_a_read_inside_a_rolled_back_transaction_leaves_nothing_to_serve_later(
+    store: Store, ledger: Ledger
+) -> None:
+    """A caller's transaction appends, reads its own append (at its position:
+    a read that goes through the message cache) and rolls back. On SQLite the
+    next append takes the same seq (a rowid is taken again): the message read
+    inside must not stand in for the one committed later."""
+    conv = ledger.create_conversation()
+    ledger.append_messages(conv.id, [user("kept")])
+    ops = Operations(ledger.tenant, store.message_cache)
+    with store.engine.connect() as caller:
+        caller.begin()
+        appended = store.execute(
+            ops.append_messages(conv.id, [user("rolled back")], None, None, None, "client"), caller
+        )
+        inside = store.execute(ops.history(conv.id, appended.head, True), caller)
+        assert [m.content for m in inside] == ["kept", "rolled back"]
+        caller.rollback()
+    committed = ledger.append_messages(conv.id, [user("committed")])
+    assert committed.head == appended.head
+    for at in (None, committed.head):
+        assert [m.content for m in ledger.history(conv.id, at=at)] == ["kept", "committed"]
