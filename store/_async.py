@@ -323,7 +323,9 @@ class AsyncStore:
         sealer = self._sealer
         sealing = op.sealing  # the op it builds has none of its own
         if sealing is not None and sealer is not None:
-            op, seal = await self._drive(preparing(sealer, sealing), connection)
+            op, seal = await self._drive(
+                preparing(sealer, sealing, remember=connection is None), connection
+            )
         try:
             done = await self._execute(op, connection)
         except (ErasedError, ConflictError, EncryptionError):

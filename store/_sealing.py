@@ -94,13 +94,21 @@ async def adrive(program: Program[T], execute: Callable[[Op[Any]], Awaitable[Any
         program.close()
 
 
-def preparing(sealer: Sealer, s: Sealing[T]) -> Program[tuple[Op[T], Seal]]:
-    """The op of `s`, built with the seal its conversation's content takes, and that seal."""
-    seal = yield from _seal_of(sealer, s)
+def preparing(
+    sealer: Sealer, s: Sealing[T], *, remember: bool = True
+) -> Program[tuple[Op[T], Seal]]:
+    """The op of `s`, built with the seal its conversation's content takes, and that seal.
+
+    Without `remember` (inside a caller's transaction, which may roll back),
+    a seal read from the database is not kept for later writes: what it was
+    read from may never commit, and the conversation id may then be created
+    again under another key.
+    """
+    seal = yield from _seal_of(sealer, s, remember)
     return s.build(seal), seal
 
 
-def _seal_of(sealer: Sealer, s: Sealing[T]) -> Program[Seal]:
+def _seal_of(sealer: Sealer, s: Sealing[T], remember: bool) -> Program[Seal]:
     cached = sealer.writing(s.tenant, s.conversation_id)
     if cached is not None:
         return cached
@@ -114,7 +122,7 @@ def _seal_of(sealer: Sealer, s: Sealing[T]) -> Program[Seal]:
     seal: Seal
     known: bool
     seal, known = yield Blocking(lambda: _resolved(sealer, s, found))
-    if known:
+    if known and remember:
         sealer.remember(s.tenant, s.conversation_id, seal)
     return seal
 

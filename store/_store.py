@@ -316,7 +316,7 @@ class Store:
         sealer = self._sealer
         sealing = op.sealing  # the op it builds has none of its own
         if sealing is not None and sealer is not None:
-            op, seal = drive(preparing(sealer, sealing), run)
+            op, seal = drive(preparing(sealer, sealing, remember=connection is None), run)
         try:
             done = self._execute(op, connection)
         except (ErasedError, ConflictError, EncryptionError):

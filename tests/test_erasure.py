@@ -30,6 +30,7 @@ from store import (
     NotFoundError,
     Store,
     ToolCall,
+    new_id,
 )
 from store._crypto import ERASED_CONTENT, SEALED_PREFIX
 from tests.test_verify import triggers_off
@@ -455,8 +456,7 @@ def test_copied_ciphertext_is_never_opened_outside_its_place(
     with sealed_store.engine.begin() as conn:
         head = conn.execute(
             sa.text(
-                "SELECT head_branch_id, head_position FROM chatledger_conversations "
-                "WHERE id = :c"
+                "SELECT head_branch_id, head_position FROM chatledger_conversations WHERE id = :c"
             ),
             {"c": in_the_clear.id},
         ).one()
@@ -498,7 +498,9 @@ def test_a_message_row_holding_another_tenants_ciphertext_reads_as_erased_everyw
 ) -> None:
     victim = sealed.create_conversation()
     sealed.append_messages(victim.id, [Message(role="user", content="VICTIM SECRET")])
-    stolen = next(p for k, p in _stored_payloads(sealed_store, victim.id) if k == "message.recorded")
+    stolen = next(
+        p for k, p in _stored_payloads(sealed_store, victim.id) if k == "message.recorded"
+    )
     attacker = sealed_store.tenant(f"attacker-{uuid.uuid4().hex[:8]}")
     mine = attacker.create_conversation()
     minted = str(uuid.uuid4())
@@ -509,7 +511,9 @@ def test_a_message_row_holding_another_tenants_ciphertext_reads_as_erased_everyw
     # victim's ciphertext. Every read of it opens with the attacker's keys only.
     with triggers_off(sealed_store) as conn:
         conn.execute(
-            sa.text("UPDATE chatledger_events SET payload = :p WHERE conversation_id = :c AND seq = :s"),
+            sa.text(
+                "UPDATE chatledger_events SET payload = :p WHERE conversation_id = :c AND seq = :s"
+            ),
             {"p": stolen, "c": mine.id, "s": written.seq},
         )
     reads = [
@@ -726,3 +730,29 @@ def test_a_write_refused_as_erased_forgets_the_conversations_cached_key(
     with pytest.raises(ErasedError):
         sealed.append_messages(conv.id, [Message(role="user", content="after")])
     assert sealer.writing(sealed.tenant, conv.id) is None
+
+
+def test_a_seal_read_in_a_rolled_back_transaction_is_not_kept_for_later_writes(
+    database_url: str, sealed_store: Store, sealed: Ledger
+) -> None:
+    """A caller's transaction creates a sealed conversation and appends to it,
+    then rolls back; another store creates the same id under another subject.
+    This store's next append must seal under the key that exists, not the one
+    it read inside the rolled-back transaction: else what it acknowledged
+    reads back as erased."""
+    from store._store import Operations
+
+    cid = new_id()
+    ops = Operations(sealed.tenant, sealed_store.message_cache, sealed_store._sealer)
+    with sealed_store.engine.connect() as caller:
+        caller.begin()
+        sealed_store.execute(ops.create_conversation(None, cid, None, "rolled-back"), caller)
+        turn = ops.append_messages(cid, _turn("inside"), None, None, None, "client")
+        sealed_store.execute(turn, caller)
+        caller.rollback()
+    with Store.open(database_url, kek=KEK) as other:
+        other.tenant(sealed.tenant).create_conversation(conversation_id=cid, subject="kept")
+    acknowledged = _turn("acknowledged")
+    sealed.append_messages(cid, acknowledged)
+    assert sealed.history(cid) == acknowledged
+    assert sealed.conversation(cid).subject == "kept"

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 import store._retention
-from store import AsyncStore, LocalKek, Message
+from store import AsyncStore, LocalKek, Message, new_id
 from store._crypto import DataKey
 
 KEK = bytes(range(160, 192))
@@ -155,3 +155,29 @@ async def test_a_retention_pass_needs_no_more_than_one_worker_thread(
         reports = await asyncio.wait_for(asyncio.gather(*passes), timeout=60)
     assert [len(r.subjects) for r in reports] == [1, 1, 1]
     assert all(r.subjects[0].erased for r in reports)
+
+
+async def test_a_seal_read_in_a_rolled_back_transaction_is_not_kept_by_the_async_store(
+    database_url: str, fast_paths: bool
+) -> None:
+    """As the synchronous test in test_erasure.py: a seal read inside a caller's
+    transaction that rolls back is not used by the store's later writes."""
+    from store._store import Operations
+
+    tenant, cid = f"t-{uuid.uuid4().hex[:8]}", new_id()
+    async with AsyncStore.open(database_url, fast_paths=fast_paths, kek=KEK) as sealed_store:
+        ops = Operations(tenant, sealed_store.message_cache, sealed_store._sealer)
+        async with sealed_store.engine.connect() as caller:
+            await caller.begin()
+            await sealed_store.execute(ops.create_conversation(None, cid, None, "gone"), caller)
+            turn = ops.append_messages(
+                cid, [Message(role="user", content="inside")], None, None, None, "client"
+            )
+            await sealed_store.execute(turn, caller)
+            await caller.rollback()
+        async with AsyncStore.open(database_url, kek=KEK) as other:
+            await other.tenant(tenant).create_conversation(conversation_id=cid, subject="kept")
+        ledger = sealed_store.tenant(tenant)
+        acknowledged = [Message(role="user", content="acknowledged")]
+        await ledger.append_messages(cid, acknowledged)
+        assert await ledger.history(cid) == acknowledged
