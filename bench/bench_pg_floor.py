@@ -9,14 +9,18 @@ one call each in turn, each on a connection of its own to the same database:
 
 - raw: psycopg INSERT + COMMIT of the message into one table with one index
   (bench_store's raw side; `--batch 10`: ten rows by `executemany`);
-- statement only: chatledger's own append statement (store/_sql/append.py:
-  lock the conversation row, check the head, insert the events, chain their
-  hashes, insert the head view rows, move the head), issued straight through
-  psycopg in autocommit mode with the payloads serialized once: what any
-  implementation of this schema pays before doing anything else;
-- least work: the statement plus what no implementation can skip on the
-  client (build each message's event, serialize it, mint its id), as plain
-  code;
+- full statement: chatledger's full append statement (store/_sql/append.py
+  `_APPEND`: lock the conversation row, check the head, insert the events,
+  chain their hashes, insert the head view rows, move the head), issued
+  straight through psycopg in autocommit mode with the payloads serialized
+  once: what an append pays when the store does not know the head (the first
+  append to a conversation, or one after another writer's);
+- statement at the known head: the statement an append runs at the head the
+  store's last append left (`_APPEND_AT_HEAD`, ADR 0029: the hashes chained in
+  the client, the head moved only if it is still there), the payloads
+  serialized once: what the chat loop pays before doing anything else;
+- least work: that statement plus what no implementation can skip on the
+  client (build each message's event and serialize it), as plain code;
 - chatledger: `Ledger.append_messages`.
 
 Per contender: wall time per call, and CPU per call of this process (the
@@ -53,6 +57,7 @@ from bench._common import (
 )
 from bench.bench_store import MESSAGES, RAW_APP, Cycle, RawPostgres
 from store import Store
+from store._cache import HeadCache
 from store._sql import append as _append
 from store._sql import log as _log
 from store._values import NewEvent
@@ -61,15 +66,19 @@ RESULTS = str(Path(__file__).resolve().parent / "RESULTS.md")
 TENANT = "bench"
 
 
-def statement(url: str, conversation: str, batch: int, least_work: bool) -> Callable[[], None]:
+def statement(
+    url: str, conversation: str, batch: int, *, at_head: bool, least_work: bool, app: str
+) -> Callable[[], None]:
     """One append of chatledger's fast path, written directly on psycopg.
 
-    With `least_work`, each message's event is built and serialized on every
-    call; without, the payloads are serialized once.
+    With `at_head`, at the head the last call left (ADR 0029), else with the
+    full statement. With `least_work`, each message's event is built and
+    serialized on every call; without, the payloads are serialized once.
     """
     cycle = Cycle()
     ready = [_log.encode_events([NewEvent.of_message(m, origin="client")])[0] for m in MESSAGES]
-    conn = psycopg.connect(libpq(url), autocommit=True, application_name=_app(least_work))
+    conn = psycopg.connect(libpq(url), autocommit=True, application_name=app)
+    heads = HeadCache() if at_head else None
 
     def append() -> None:
         picked = cycle.next(batch)
@@ -81,7 +90,14 @@ def statement(url: str, conversation: str, batch: int, least_work: bool) -> Call
             encoded = [ready[i] for i in picked]
         with conn.cursor() as cur:
             done = _append.append_postgres(
-                cur, TENANT, conversation, encoded, expected=None, run_id=None, idempotency_key=None
+                cur,
+                TENANT,
+                conversation,
+                encoded,
+                expected=None,
+                run_id=None,
+                idempotency_key=None,
+                heads=heads,
             )
         assert done is not None, "the append statement wrote nothing"
 
@@ -100,15 +116,16 @@ def wal_bytes(admin: psycopg.Connection[Any], fn: Callable[[], Any], calls: int)
     return float(row[0]) / calls  # type: ignore[index]
 
 
-def _app(least_work: bool) -> str:
-    return "chatledger_floor_least" if least_work else "chatledger_floor_statement"
-
-
+FULL = "full statement"
+AT_HEAD = "statement at the known head"
+LEAST = "least work (statement at the head, events, serialize)"
+OURS = "chatledger append_messages"
 APPS = {
     "raw psycopg INSERT + COMMIT": RAW_APP,
-    "statement only": _app(False),
-    "least work (statement, events, serialize, ids)": _app(True),
-    "chatledger append_messages": "chatledger_floor_ours",
+    FULL: "chatledger_floor_full",
+    AT_HEAD: "chatledger_floor_at_head",
+    LEAST: "chatledger_floor_least",
+    OURS: "chatledger_floor_ours",
 }
 
 
@@ -126,20 +143,24 @@ def main() -> int:
     with postgres_database("bench_pg_floor") as url:
         raw = RawPostgres(url)
         raw_conversation = str(uuid.uuid4())
-        store = Store.open(with_application_name(url, APPS[names[3]]), message_cache=0)
+        store = Store.open(with_application_name(url, APPS[OURS]), message_cache=0)
         store.migrate(partitions=args.partitions or None)
         ledger = store.tenant(TENANT)
-        conversations = [ledger.create_conversation().id for _ in range(3)]
+        conversations = [ledger.create_conversation().id for _ in range(4)]
         raw_append = raw.append if batch == 1 else raw.append_batch
         ours_cycle = Cycle()
-        contenders: dict[str, Callable[[], Any]] = {
-            names[0]: lambda: raw_append(raw_conversation),
-            names[1]: statement(url, conversations[0], batch, least_work=False),
-            names[2]: statement(url, conversations[1], batch, least_work=True),
-            names[3]: lambda: ledger.append_messages(
-                conversations[2], [MESSAGES[i] for i in ours_cycle.next(batch)]
-            ),
-        }
+        contenders: dict[str, Callable[[], Any]] = {names[0]: lambda: raw_append(raw_conversation)}
+        for name, conversation, at_head, least in [
+            (FULL, conversations[0], False, False),
+            (AT_HEAD, conversations[1], True, False),
+            (LEAST, conversations[2], True, True),
+        ]:
+            contenders[name] = statement(
+                url, conversation, batch, at_head=at_head, least_work=least, app=APPS[name]
+            )
+        contenders[OURS] = lambda: ledger.append_messages(
+            conversations[3], [MESSAGES[i] for i in ours_cycle.next(batch)]
+        )
         for _ in range(200):  # warm up: plans prepared, caches filled
             for fn in contenders.values():
                 fn()

@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import create_async_engine as sa_create_async_engine
 
 from store import _tail
 from store._audit import AsyncAudit
-from store._cache import MessageCache
+from store._cache import HeadCache, MessageCache
 from store._crypto import KeyEncryptionKey, kek_for, sealer_for
 from store._errors import ConflictError, EncryptionError, ErasedError
 from store._ops import Operations, StoreOperations, completed
@@ -114,6 +114,7 @@ class AsyncStore:
         self._owns_engine = owns_engine
         self._ops = StoreOperations()
         self.message_cache = MessageCache(message_cache)
+        self._heads = HeadCache()
         self.fast_paths = fast_paths
         """Whether operations try their plain-SQL form first (see `Store.open`)."""
         self._sqlite = is_sqlite(engine.sync_engine)
@@ -233,7 +234,7 @@ class AsyncStore:
         await self.execute(self._ops.migrate(partitions), connection)
 
     def _tenant_ops(self, tenant: str) -> Operations:
-        return Operations(tenant, self.message_cache, self._sealer)
+        return Operations(tenant, self.message_cache, self._sealer, self._heads)
 
     async def run_retention(
         self,
@@ -397,7 +398,7 @@ class AsyncLedger:
 
     def __init__(self, store: AsyncStore, tenant: str) -> None:
         self._store = store
-        self._ops = Operations(tenant, store.message_cache, store._sealer)
+        self._ops = Operations(tenant, store.message_cache, store._sealer, store._heads)
 
     @property
     def tenant(self) -> str:

@@ -24,7 +24,7 @@ from typing import Any
 
 from store.messages import Message, load_messages
 
-__all__ = ["MessageCache"]
+__all__ = ["HeadCache", "MessageCache"]
 
 
 class MessageCache:
@@ -75,3 +75,38 @@ class MessageCache:
         """Forget every message (after an erasure: opened ones leave memory too)."""
         with self._lock:
             self._items.clear()
+
+
+class HeadCache:
+    """The head each conversation's last fast-path append on Postgres left, by
+    (tenant, conversation id): its branch, position and hash.
+
+    With it the next append to that conversation computes its events' hashes
+    in the client and writes them with a statement that only moves the head
+    where it still is (`store._sql.append`'s optimistic form); a head that
+    moved since (another writer, a head move, an erasure) fails that
+    statement's check and the append takes the full statement. So an entry
+    is never trusted, only tried: a stale one costs one round trip. Bounded
+    (least recently used goes first) and thread-safe.
+    """
+
+    def __init__(self, size: int = 10_000) -> None:
+        self.size = size
+        self._items: OrderedDict[tuple[str, str], tuple[str, int, bytes]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, tenant: str, conversation_id: str) -> tuple[str, int, bytes] | None:
+        """(branch id, position, hash) of the head as last left here, or None."""
+        with self._lock:
+            return self._items.get((tenant, conversation_id))
+
+    def put(self, tenant: str, conversation_id: str, head: tuple[str, int, bytes]) -> None:
+        with self._lock:
+            self._items[(tenant, conversation_id)] = head
+            self._items.move_to_end((tenant, conversation_id))
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+
+    def forget(self, tenant: str, conversation_id: str) -> None:
+        with self._lock:
+            self._items.pop((tenant, conversation_id), None)

@@ -12,12 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from functools import partial
 from typing import Any, TextIO, TypeVar, get_args
 
 from sqlalchemy.engine import Connection
 
 from store import _repair
-from store._cache import MessageCache
+from store._cache import HeadCache, MessageCache
 from store._checks import (
     MAX_INT32,
     check_choice,
@@ -89,7 +90,9 @@ class Unseal:
         return self.sealer.open_texts(texts, self.fetch)
 
 
-def _load(rows: Sequence[tuple[Any, ...]], cache: MessageCache, unseal: Unseal | None) -> list[Message]:
+def _load(
+    rows: Sequence[tuple[Any, ...]], cache: MessageCache, unseal: Unseal | None
+) -> list[Message]:
     """Messages from (seq, payload, ...) rows, through the cache.
 
     Sealed rows are opened with keys read in this operation, and an opened
@@ -170,10 +173,22 @@ def _as_stored(rows: Sequence[tuple[Any, ...]], cache: MessageCache) -> list[Mes
 class Operations:
     """Builds the tenant-scoped operations that `Ledger` and `AsyncLedger` run."""
 
-    def __init__(self, tenant: str, cache: MessageCache, sealer: Sealer | None = None) -> None:
+    def __init__(
+        self,
+        tenant: str,
+        cache: MessageCache,
+        sealer: Sealer | None = None,
+        heads: HeadCache | None = None,
+    ) -> None:
         self.tenant = _log.check_text(tenant, "tenant")
         self.cache = cache
         self.sealer = sealer
+        # Postgres's in-place appends keep the heads they leave, for the next
+        # append to the conversation to chain on (`HeadCache`).
+        self._append_postgres: _append.Append = partial(_append.append_postgres, heads=heads)
+        self._create_append_postgres: _append.CreateAppend = partial(
+            _append.create_append_postgres, heads=heads
+        )
 
     def _op(self, action: str, **fields: Any) -> Op[Any]:
         """An `Op` of this tenant: sealed content in its result opens only with this
@@ -383,8 +398,8 @@ class Operations:
                     encoded,
                     seal,
                     sealed_root,
-                    _append.append_postgres,
-                    _append.create_append_postgres,
+                    self._append_postgres,
+                    self._create_append_postgres,
                 ),
                 sqlite=None
                 if minting

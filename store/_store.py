@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from store import _tail
 from store._audit import Audit
-from store._cache import MessageCache
+from store._cache import HeadCache, MessageCache
 from store._crypto import KeyEncryptionKey, kek_for, sealer_for
 from store._errors import ConflictError, EncryptionError, ErasedError
 from store._ops import Operations, StoreOperations, completed
@@ -91,6 +91,7 @@ class Store:
         self._driver = DriverConnections(engine)
         self._ops = StoreOperations()
         self.message_cache = MessageCache(message_cache)
+        self._heads = HeadCache()
         self.fast_paths = fast_paths
         """Whether operations try their plain-SQL form first (see `open`)."""
         self._replicas: Replicas | None = None  # set by `open` (see there)
@@ -211,7 +212,7 @@ class Store:
         self.execute(self._ops.migrate(partitions), connection)
 
     def _tenant_ops(self, tenant: str) -> Operations:
-        return Operations(tenant, self.message_cache, self._sealer)
+        return Operations(tenant, self.message_cache, self._sealer, self._heads)
 
     def run_retention(
         self,
@@ -364,7 +365,7 @@ class Ledger:
 
     def __init__(self, store: Store, tenant: str) -> None:
         self._store = store
-        self._ops = Operations(tenant, store.message_cache, store._sealer)
+        self._ops = Operations(tenant, store.message_cache, store._sealer, store._heads)
 
     @property
     def tenant(self) -> str:

@@ -19,7 +19,16 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from store import AsyncStore, ConflictError, Conversation, Event, Ledger, Message, Store
+from store import (
+    AsyncStore,
+    ConflictError,
+    Conversation,
+    ErasedError,
+    Event,
+    Ledger,
+    Message,
+    Store,
+)
 from store._sql.tail import NOTIFIER_THREAD
 from store.ids import is_id, new_id
 from store.schema import branches, conversations, events, view_entries
@@ -435,3 +444,51 @@ def counts(engine: sa.Engine) -> tuple[int, ...]:
             conn.execute(sa.select(sa.func.count()).select_from(t)).scalar_one()
             for t in (conversations, branches, events, view_entries)
         )
+
+
+# -- the head a store's last append left --------------------------------------------------
+
+
+def test_an_append_after_another_writers_appends_goes_after_them(database_url: str) -> None:
+    """A store keeps the head its last append left and chains the next append's
+    hashes on it; when another writer has appended since, that head is stale,
+    and the append must still go after the other writer's messages, chained
+    to them."""
+    with Store.open(database_url) as first, Store.open(database_url) as second:
+        tenant = f"heads-{uuid.uuid4().hex[:8]}"
+        mine, theirs = first.tenant(tenant), second.tenant(tenant)
+        cid = mine.append_messages(new_id(), turn("mine"), create=True).conversation_id
+        kept = first._heads.get(tenant, cid)
+        if database_url.startswith("postgresql"):
+            assert kept is not None and kept[1] == 2  # the creation, then the message
+        theirs.append_messages(cid, turn("theirs"))
+        theirs.append_messages(cid, turn("theirs again"))
+        assert first._heads.get(tenant, cid) == kept  # stale now
+        assert mine.append_messages(cid, turn("mine again")).positions == [5]
+        assert mine.append_messages(cid, turn("and again")).positions == [6]
+        contents = [m.content for m in mine.history(cid)]
+        assert contents == ["mine", "theirs", "theirs again", "mine again", "and again"]
+        assert mine.verify(cid).ok
+
+
+def test_a_head_moved_or_erased_since_the_last_append_is_not_written_after(
+    database_url: str,
+) -> None:
+    """The head a store's last append left is only tried: after a head move the
+    next append branches, and after an erasure it is refused, as without it."""
+    with Store.open(database_url, kek=bytes(range(32))) as store:
+        ledger = store.tenant(f"heads-{uuid.uuid4().hex[:8]}")
+        root = ledger.append_messages(new_id(), turn("first"), create=True)
+        cid = root.conversation_id
+        ledger.append_messages(cid, turn("second"))
+        ledger.move_head(cid, root.head.position)
+        branched = ledger.append_messages(cid, turn("branched"))
+        assert branched.head.branch_id != root.head.branch_id
+        ledger.append_messages(cid, turn("on the branch"))
+        assert [m.content for m in ledger.history(cid)] == ["first", "branched", "on the branch"]
+        assert ledger.verify(cid).ok
+        ledger.erase(cid, reason="heads test")
+        count = len(ledger.events(conversation_id=cid))
+        with pytest.raises(ErasedError):
+            ledger.append_messages(cid, turn("after erasure"))
+        assert len(ledger.events(conversation_id=cid)) == count

@@ -335,14 +335,15 @@ _PG_HEAD_PAYLOADS = (
 _SQLITE_HEAD_PAYLOADS = _HEAD_PAYLOADS.format(id="?", tenant="?")
 # A conversation that is no fork (most) has only its own entries: one join,
 # ordered by the view's key, planned in a fraction of the time of the union
-# above. Its last column says whether the conversation is a fork, whose
-# inherited entries need the union.
+# above. It reads nothing for a fork, whose inherited entries need the union;
+# a reader then runs that.
 _OWN_HEAD_FIRST = (
-    "SELECT e.seq, e.payload, c.forked_from_conversation_id IS NOT NULL "
+    "SELECT e.seq, e.payload "
     "FROM chatledger_conversations c "
     "JOIN chatledger_view_entries v ON v.conversation_id = c.id "
     "JOIN chatledger_events e ON e.conversation_id = v.conversation_id AND e.seq = v.event_seq "
-    "WHERE c.id = {id} AND c.tenant = {tenant} AND v.event_conversation_id IS NULL "
+    "WHERE c.id = {id} AND c.tenant = {tenant} AND c.forked_from_conversation_id IS NULL "
+    "AND v.event_conversation_id IS NULL "
     "ORDER BY v.position"
 )
 _PG_OWN_HEAD = _OWN_HEAD_FIRST.format(id="%(id)s", tenant="%(tenant)s")
@@ -352,8 +353,8 @@ _SQLITE_OWN_HEAD = _OWN_HEAD_FIRST.format(id="?", tenant="?")
 def head_payloads_postgres(
     cursor: Any, tenant: str, conversation_id: str
 ) -> list[tuple[Any, ...]] | None:
-    """The head view's (seq, payload, ...) rows, in one query for a conversation that
-    is no fork; None when there are none. A row may hold more columns after those two.
+    """The head view's (seq, payload) rows, in one query for a conversation that is
+    no fork; None when there are none.
 
     None covers both an empty history and a conversation that does not exist
     for this tenant; the caller tells them apart.
@@ -361,9 +362,9 @@ def head_payloads_postgres(
     params = {"id": conversation_id, "tenant": tenant}
     cursor.execute(_PG_OWN_HEAD, params)
     own: list[tuple[Any, ...]] = cursor.fetchall()
-    if own and not own[0][2]:
-        return own  # (seq, payload, False) rows: readers take the first two
-    # A fork (or no entries of its own): its inherited entries too.
+    if own:
+        return own
+    # A fork (the first query reads none), or no entries: its inherited entries too.
     cursor.execute(_PG_HEAD_PAYLOADS, params)
     rows: list[tuple[int, str]] = cursor.fetchall()
     return rows or None
@@ -375,8 +376,8 @@ def head_payloads_sqlite(
     """`head_payloads_postgres` through a SQLite DB-API cursor."""
     cursor.execute(_SQLITE_OWN_HEAD, (conversation_id, tenant))
     own: list[tuple[Any, ...]] = cursor.fetchall()
-    if own and not own[0][2]:
-        return own  # (seq, payload, False) rows: readers take the first two
+    if own:
+        return own
     cursor.execute(_SQLITE_HEAD_PAYLOADS, (conversation_id, tenant) * 2)
     rows: list[tuple[int, str]] = cursor.fetchall()
     return rows or None
