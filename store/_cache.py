@@ -98,7 +98,10 @@ class HeadCache:
     def get(self, tenant: str, conversation_id: str) -> tuple[str, int, bytes] | None:
         """(branch id, position, hash) of the head as last left here, or None."""
         with self._lock:
-            return self._items.get((tenant, conversation_id))
+            head = self._items.get((tenant, conversation_id))
+            if head is not None:
+                self._items.move_to_end((tenant, conversation_id))
+            return head
 
     def put(self, tenant: str, conversation_id: str, head: tuple[str, int, bytes]) -> None:
         with self._lock:

@@ -184,7 +184,9 @@ class Operations:
         self.cache = cache
         self.sealer = sealer
         # Postgres's in-place appends keep the heads they leave, for the next
-        # append to the conversation to chain on (`HeadCache`).
+        # append to the conversation to chain on (`HeadCache`); every other
+        # write that moves a head forgets it, so that append need not miss first.
+        self._heads = heads
         self._append_postgres: _append.Append = partial(_append.append_postgres, heads=heads)
         self._create_append_postgres: _append.CreateAppend = partial(
             _append.create_append_postgres, heads=heads
@@ -200,6 +202,11 @@ class Operations:
         on a store without a key, by refusing sealed ones (`Op.opens`)."""
         unseal = self._unseal(lambda ids: _keys.keys_by_id(c, ids, self.tenant))
         return _refusing_sealed if unseal is None else unseal.texts
+
+    def _moving_head(self, conversation_id: str) -> None:
+        """Forget the head kept for `conversation_id`: a write about to move it."""
+        if self._heads is not None:
+            self._heads.forget(self.tenant, conversation_id)
 
     def _unseal(self, fetch: Callable[[set[str]], Mapping[str, bytes]]) -> Unseal | None:
         """How a read opens sealed payloads, with `fetch` reading the keys (None: no key)."""
@@ -310,6 +317,7 @@ class Operations:
         check_id(conversation_id, "conversation")
         text = _entries.encode_state(state)
         _check_expected_state(expected)
+        self._moving_head(conversation_id)
         return self._op(
             f"setting the state of conversation '{conversation_id}'",
             write=True,
@@ -379,6 +387,8 @@ class Operations:
         at_position = expected.position if isinstance(expected, Position) else expected
         at_branch = expected.branch_id if isinstance(expected, Position) else None
         plain = after is None
+        if not plain:
+            self._moving_head(conversation_id)  # the general path appends after a position
 
         def build(seal: Seal) -> Op[Appended]:
             encoded = seal.events(clear)
@@ -571,6 +581,7 @@ class Operations:
     ) -> Op[Conversation]:
         state_text = None if state is None else _entries.encode_state(state)
         _check_expected_state(expected_state)
+        self._moving_head(conversation_id)
         return self._op(
             f"moving the head of conversation '{conversation_id}'",
             write=True,
@@ -609,6 +620,7 @@ class Operations:
         self, conversation_id: str, events: Sequence[NewEvent], **options: Any
     ) -> Op[RunCursor]:
         initial = _log.encode_events(events)
+        self._moving_head(conversation_id)
 
         def build(seal: Seal) -> Op[RunCursor]:
             return self._op(
@@ -625,6 +637,7 @@ class Operations:
         self, cursor: RunCursor, new_events: Sequence[NewEvent], idempotency_key: str | None
     ) -> Op[tuple[list[Event], RunCursor]]:
         encoded = _log.encode_events(new_events)
+        self._moving_head(cursor.conversation_id)
 
         def build(seal: Seal) -> Op[tuple[list[Event], RunCursor]]:
             return self._op(
@@ -714,6 +727,7 @@ class Operations:
     def _end_run(
         self, cursor: RunCursor, status: RunStatus, **options: Any
     ) -> Op[tuple[Conversation | None, ConflictError | None]]:
+        self._moving_head(cursor.conversation_id)
         return self._op(
             f"ending run '{cursor.run_id}'",
             write=True,

@@ -235,6 +235,8 @@ def written(ledger: Ledger) -> list[Any]:
     steps.append(("conflict", conflict.value.expected, conflict.value.actual))
     append(turn("repaired"), origin="repair")
     append(turn("stamped"), run_id=new_id())
+    # Two messages at the head the last append left (ADR 0029's array form).
+    append([Message(role="user", content="four"), Message(role="assistant", content="five")])
     ledger.move_head(conv.id, 2)
     append(turn("on a branch"))  # the head is no longer its branch's end
     append(turn("after the branch"))
@@ -482,6 +484,9 @@ def test_a_head_moved_or_erased_since_the_last_append_is_not_written_after(
         cid = root.conversation_id
         ledger.append_messages(cid, turn("second"))
         ledger.move_head(cid, root.head.position)
+        # A write that moves the head forgets the one kept: the next append
+        # does not try it first.
+        assert store._heads.get(ledger.tenant, cid) is None
         branched = ledger.append_messages(cid, turn("branched"))
         assert branched.head.branch_id != root.head.branch_id
         ledger.append_messages(cid, turn("on the branch"))

@@ -9,7 +9,10 @@ and every other case with SQLAlchemy Core; the fast paths (`append_postgres`,
 
 - on Postgres, each statement is a network round trip, so the five steps are
   one statement of data-modifying CTEs, run in autocommit mode (a single
-  statement is atomic by itself): one round trip per append;
+  statement is atomic by itself): one round trip per append. At the head the
+  store's last append to the conversation left, a shorter statement that
+  moves that head only if it is still there (ADR 0029); when it is not, that
+  statement writes nothing and the full one follows;
 - on SQLite, statements cost microseconds in-process but SQLAlchemy's
   connection and expression machinery costs more than executing them, so the
   steps are plain SQL on a DB-API cursor inside the caller's
@@ -177,7 +180,8 @@ _RACED = frozenset({"pk_chatledger_event_ids", "ix_chatledger_events_idempotency
 # The append at a head known from this store's last append to the
 # conversation (`HeadCache`): the client chains the events' hashes from that
 # head's hash, and the statement moves the head only if it is still that one
-# (branch, position and hash, open, not erased), which also locks the row;
+# (branch, position and hash, open, not erased, of the tenant, sealed as the
+# content is), which also locks the row;
 # the events and their view entries are inserted only when it moved. No row:
 # nothing written, and `_APPEND` decides. The server neither reads the head
 # first nor hashes: a third less of its CPU than `_APPEND` for a chat turn.
@@ -264,8 +268,9 @@ def append_postgres(
     reports it. `named`, `state` and `expected_state` are those of the general
     path (`ids`, `state`, `expected_state`); `expected_branch` is the branch of
     an expected `Position`. With `heads`, a plain append (no key, ids or state)
-    first tries the head this store's last append left (`_APPEND_AT_HEAD`),
-    and every append that writes leaves its head there.
+    first tries the head this store's last append left (`_APPEND_AT_HEAD`; a
+    second statement follows when that head moved), and every append that
+    writes leaves its head there.
     """
     if heads is not None and idempotency_key is None and named is None and state is None:
         known = heads.get(tenant, conversation_id)
@@ -336,7 +341,11 @@ def _append_at_head(
     sealed: bool,
 ) -> InPlace | None:
     """`encoded` appended after `head` (branch, position, hash) by `_APPEND_AT_HEAD`,
-    the hashes chained here; None, having written nothing, when the head is elsewhere."""
+    the hashes chained here; None, having written nothing, when the head is elsewhere.
+
+    The ids are hashed as given, so they must be canonical (as `Operations`
+    checks them): the full statement hashes the database's spelling.
+    """
     branch_id, position, previous = head
     ids = [new_id() for _ in encoded]
     hashes: list[bytes] = []

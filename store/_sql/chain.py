@@ -14,8 +14,10 @@ empty when null, head `1` or `0`), then the idempotency key as
 canonical UUIDs and the other fields hold no `:`, so no two rows encode
 alike; the payload comes last, so it needs no length.
 
-Postgres computes the same bytes in SQL on the fast path (`content_sql`);
-`tests/test_verify.py` proves the two agree (Postgres appends take that path).
+Postgres computes the same bytes in SQL in its full fast-path append
+(`content_sql`); its appends at a known head and its new conversations hash
+in the client (ADR 0029). `tests/test_verify.py` and the fast/general
+differential of `tests/test_fast_paths.py` prove they agree.
 """
 
 from __future__ import annotations
