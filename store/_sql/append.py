@@ -205,11 +205,11 @@ WITH moved AS (
 SELECT seq, position, recorded_at FROM ins ORDER BY position
 """
 _APPEND_AT_HEAD = _AT_HEAD.format(
-    rows="""SELECT n.id, moved.id, %(branch)s::uuid, %(position)s + n.ord::int, %(run_id)s::uuid,
-           n.kind, n.origin, n.ord = %(count)s, clock_timestamp(), NULL, n.payload, n.hash
-    FROM moved CROSS JOIN unnest(%(ids)s::uuid[], %(kinds)s::text[], %(origins)s::text[],
-                                 %(payloads)b::text[], %(hashes)s::bytea[])
-         WITH ORDINALITY AS n(id, kind, origin, payload, hash, ord)
+    rows="""SELECT n.id::uuid, moved.id, %(branch)s::uuid, %(position)s + n.ord::int,
+           %(run_id)s::uuid, %(kind)s, %(origin)s, n.ord = %(count)s, clock_timestamp(), NULL,
+           n.payload, n.hash
+    FROM moved CROSS JOIN unnest(%(ids)b::text[], %(payloads)b::text[], %(hashes)b::bytea[])
+         WITH ORDINALITY AS n(id, payload, hash, ord)
     ORDER BY n.ord"""
 )
 # One message, the chat turn: scalars, which psycopg sends without building arrays.
@@ -272,7 +272,8 @@ def append_postgres(
     second statement follows when that head moved), and every append that
     writes leaves its head there.
     """
-    if heads is not None and idempotency_key is None and named is None and state is None:
+    plain = idempotency_key is None and named is None and state is None
+    if heads is not None and plain and _uniform(encoded):
         known = heads.get(tenant, conversation_id)
         if (
             known is not None
@@ -366,19 +367,13 @@ def _append_at_head(
         "sealed": sealed,
         "run_id": run_id,
     }
+    first = encoded[0][0]
+    params.update(kind=first.kind, origin=first.origin)  # one of each: `_uniform`
     if last == 1:
-        ((item, text),) = encoded
-        params.update(id=ids[0], kind=item.kind, origin=item.origin, payload=text)
+        params.update(id=ids[0], payload=encoded[0][1])
         cursor.execute(_APPEND_ONE_AT_HEAD, params)
     else:
-        params.update(
-            count=last,
-            ids=ids,
-            kinds=[item.kind for item, _ in encoded],
-            origins=[item.origin for item, _ in encoded],
-            payloads=[text for _, text in encoded],
-            hashes=hashes,
-        )
+        params.update(count=last, ids=ids, payloads=[t for _, t in encoded], hashes=hashes)
         cursor.execute(_APPEND_AT_HEAD, params)
     rows = cursor.fetchall()  # (seq, position, recorded_at) per event
     if not rows:
@@ -388,6 +383,15 @@ def _append_at_head(
         ids=ids,
         written=[(r[0], r[1], r[2], h) for r, h in zip(rows, hashes, strict=True)],
     )
+
+
+def _uniform(encoded: Sequence[tuple[NewEvent, str]]) -> bool:
+    """Whether the events share one kind and one origin (an append of messages does),
+    as `_APPEND_AT_HEAD` writes them."""
+    if not encoded:
+        return False
+    first = encoded[0][0]
+    return all(item.kind == first.kind and item.origin == first.origin for item, _ in encoded)
 
 
 def _head_of(done: InPlace) -> tuple[str, int, bytes]:
