@@ -112,8 +112,8 @@ WITH RECURSIVE c AS (
       AND (%(named)s::uuid[] IS NULL OR NOT EXISTS (
           SELECT 1 FROM chatledger_event_ids x WHERE x.id = ANY(%(named)s::uuid[])))
 ), new AS (
-    -- The payloads in binary: in text, psycopg would escape each of their quotes.
-    SELECT * FROM unnest(%(ids)s::uuid[], %(kinds)s::text[], %(origins)s::text[],
+    -- The arrays in binary: in text, psycopg escapes each element with a regular expression.
+    SELECT * FROM unnest(%(ids)b::text[]::uuid[], %(kinds)b::text[], %(origins)b::text[],
                          %(payloads)b::text[]) WITH ORDINALITY AS n(id, kind, origin, payload, ord)
 ), chain (ord, hash) AS (
     SELECT 0::bigint, ok.head_hash FROM ok
@@ -568,8 +568,8 @@ WITH conv AS (
            CASE WHEN n.ord > 1 THEN %(run_id)s::uuid END, n.kind, n.origin,
            n.ord = %(last)s, conv.created_at, CASE WHEN n.ord = 2 THEN %(key)s::text END,
            n.payload, n.hash
-    FROM conv CROSS JOIN unnest(%(ids)s::uuid[], %(kinds)s::text[], %(origins)s::text[],
-                                %(payloads)b::text[], %(hashes)s::bytea[])
+    FROM conv CROSS JOIN unnest(%(ids)b::text[]::uuid[], %(kinds)b::text[],
+                                %(origins)b::text[], %(payloads)b::text[], %(hashes)b::bytea[])
          WITH ORDINALITY AS n(id, kind, origin, payload, hash, ord)
     ORDER BY n.ord
     RETURNING seq, position, kind
