@@ -181,10 +181,10 @@ _RACED = frozenset({"pk_chatledger_event_ids", "ix_chatledger_events_idempotency
 # conversation (`HeadCache`): the client chains the events' hashes from that
 # head's hash, and the statement moves the head only if it is still that one
 # (branch, position and hash, open, not erased, of the tenant, sealed as the
-# content is), which also locks the row;
-# the events and their view entries are inserted only when it moved. No row:
-# nothing written, and `_APPEND` decides. The server neither reads the head
-# first nor hashes: a third less of its CPU than `_APPEND` for a chat turn.
+# content is), which also locks the row; the events and their view entries
+# are inserted only when it moved. No row: nothing written, and `_APPEND`
+# decides. The server neither reads the head first nor hashes: a third less
+# of its CPU than `_APPEND` for a chat turn (ADR 0029).
 _AT_HEAD = """
 WITH moved AS (
     UPDATE chatledger_conversations
@@ -347,28 +347,30 @@ def _append_at_head(
     The ids are hashed as given, so they must be canonical (as `Operations`
     checks them): the full statement hashes the database's spelling.
     """
-    branch_id, position, previous = head
+    branch_id, position, head_hash = head
     ids = [new_id() for _ in encoded]
     hashes: list[bytes] = []
     last = len(encoded)
-    header = _chain.header
+    header, previous = _chain.header, head_hash
     for i, (item, text) in enumerate(encoded, 1):
         fields = (ids[i - 1], conversation_id, branch_id, position + i, run_id, item.kind)
         content = header(*fields, item.origin, i == last, None) + text.encode()
-        hashes.append(sha256((hashes[-1] if hashes else previous) + content).digest())
+        previous = sha256(previous + content).digest()
+        hashes.append(previous)
+    first = encoded[0][0]  # the kind and origin of every event (`_uniform`)
     params: dict[str, Any] = {
         "cid": conversation_id,
         "tenant": tenant,
         "branch": branch_id,
         "position": position,
-        "previous": previous,
+        "previous": head_hash,
         "last": position + last,
         "hash": hashes[-1],
         "sealed": sealed,
         "run_id": run_id,
+        "kind": first.kind,
+        "origin": first.origin,
     }
-    first = encoded[0][0]
-    params.update(kind=first.kind, origin=first.origin)  # one of each: `_uniform`
     if last == 1:
         params.update(id=ids[0], payload=encoded[0][1])
         cursor.execute(_APPEND_ONE_AT_HEAD, params)
