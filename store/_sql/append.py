@@ -283,8 +283,7 @@ def append_postgres(
         ):
             done = _append_at_head(cursor, tenant, conversation_id, encoded, known, run_id, sealed)
             if done is not None:
-                heads.put(tenant, conversation_id, _head_of(done))
-                return done
+                return _kept(heads, tenant, conversation_id, done)
             heads.forget(tenant, conversation_id)
     expected_text = None if expected_state is None else json.dumps(dict(expected_state))
     if expected_text is not None and "\\u0000" in expected_text:
@@ -327,9 +326,7 @@ def append_postgres(
         ids=ids,
         written=[(r[2], r[3], r[4], bytes(r[6])) for r in rows],
     )
-    if heads is not None:
-        heads.put(tenant, conversation_id, _head_of(done))
-    return done
+    return _kept(heads, tenant, conversation_id, done)
 
 
 def _append_at_head(
@@ -349,14 +346,8 @@ def _append_at_head(
     """
     branch_id, position, head_hash = head
     ids = [new_id() for _ in encoded]
-    hashes: list[bytes] = []
+    hashes = _chained(head_hash, ids, conversation_id, branch_id, position, encoded, run_id, None)
     last = len(encoded)
-    header, previous = _chain.header, head_hash
-    for i, (item, text) in enumerate(encoded, 1):
-        fields = (ids[i - 1], conversation_id, branch_id, position + i, run_id, item.kind)
-        content = header(*fields, item.origin, i == last, None) + text.encode()
-        previous = sha256(previous + content).digest()
-        hashes.append(previous)
     first = encoded[0][0]  # the kind and origin of every event (`_uniform`)
     params: dict[str, Any] = {
         "cid": conversation_id,
@@ -387,6 +378,29 @@ def _append_at_head(
     )
 
 
+def _chained(
+    previous: bytes,
+    ids: Sequence[str],
+    conversation_id: str,
+    branch_id: str,
+    start: int,
+    encoded: Sequence[tuple[NewEvent, str]],
+    run_id: str | None,
+    key: str | None,
+) -> list[bytes]:
+    """The hashes of `encoded` appended after a head at `start` whose hash is
+    `previous`: the last event is the head, and the first carries `key`."""
+    hashes: list[bytes] = []
+    last = len(encoded)
+    header = _chain.header
+    for i, (item, text) in enumerate(encoded, 1):
+        fields = (ids[i - 1], conversation_id, branch_id, start + i, run_id, item.kind)
+        content = header(*fields, item.origin, i == last, key if i == 1 else None)
+        previous = sha256(previous + content + text.encode()).digest()
+        hashes.append(previous)
+    return hashes
+
+
 def _uniform(encoded: Sequence[tuple[NewEvent, str]]) -> bool:
     """Whether the events share one kind and one origin (an append of messages does),
     as `_APPEND_AT_HEAD` writes them."""
@@ -396,10 +410,12 @@ def _uniform(encoded: Sequence[tuple[NewEvent, str]]) -> bool:
     return all(item.kind == first.kind and item.origin == first.origin for item, _ in encoded)
 
 
-def _head_of(done: InPlace) -> tuple[str, int, bytes]:
-    """The head an in-place append left: its branch, last position and last hash."""
-    _, position, _, last_hash = done.written[-1]
-    return done.branch_id, position, last_hash
+def _kept(heads: HeadCache | None, tenant: str, conversation_id: str, done: InPlace) -> InPlace:
+    """`done`, the head it left (branch, last position, last hash) kept in `heads`."""
+    if heads is not None:
+        _, position, _, last_hash = done.written[-1]
+        heads.put(tenant, conversation_id, (done.branch_id, position, last_hash))
+    return done
 
 
 class Append(Protocol):
@@ -475,7 +491,7 @@ def append_sqlite(
     head = cursor.fetchone()
     if head is None or not head[2] or bool(head[5]) != sealed or not head[6]:
         return None
-    branch_id, start, previous = head[0], head[1], bytes(head[3])
+    branch_id, start, head_hash = head[0], head[1], bytes(head[3])
     if expected is not None and start != expected:
         return None
     if expected_branch is not None and branch_id != expected_branch:
@@ -497,24 +513,12 @@ def append_sqlite(
     # one append share the moment they were recorded.
     now = sqlite_clock()
     recorded_at = sqlite_time(now)
+    hashes = _chained(head_hash, ids, conversation_id, branch_id, start, encoded, run_id, key)
     params: list[object] = []
-    hashes: list[bytes] = []
-    header = _chain.header
-    for i, (item, text) in enumerate(encoded, 1):
+    for i, ((item, text), event_hash) in enumerate(zip(encoded, hashes, strict=True), 1):
         event_key = key if i == 1 else None
-        fields = (
-            ids[i - 1],
-            conversation_id,
-            branch_id,
-            start + i,
-            run_id,
-            item.kind,
-            item.origin,
-            i == last,
-        )
-        previous = sha256(previous + header(*fields, event_key) + text.encode()).digest()
-        hashes.append(previous)
-        params += (*fields, recorded_at, event_key, text, previous)
+        fields = (ids[i - 1], conversation_id, branch_id, start + i, run_id, item.kind)
+        params += (*fields, item.origin, i == last, recorded_at, event_key, text, event_hash)
     cursor.execute(_sqlite_values(_SQLITE_INSERT, _SQLITE_ROW, last), params)
     # No RETURNING (it cost a third of a ten-row insert): `seq` is the rowid,
     # and under the writer lock each row of the VALUES list, inserted in order,
@@ -534,9 +538,9 @@ def append_sqlite(
         rows = [v for i in range(len(named)) for v in (ids[i], conversation_id, written[i][0])]
         cursor.execute(_sqlite_values(_SQLITE_NAMED, "(?, ?, ?)", len(named)), rows)
     if state is None:
-        cursor.execute(_SQLITE_MOVE, (start + last, previous, conversation_id))
+        cursor.execute(_SQLITE_MOVE, (start + last, hashes[-1], conversation_id))
     else:
-        cursor.execute(_SQLITE_MOVE_STATE, (start + last, previous, state, conversation_id))
+        cursor.execute(_SQLITE_MOVE_STATE, (start + last, hashes[-1], state, conversation_id))
     return InPlace(branch_id=branch_id, ids=ids, written=written)
 
 
@@ -702,9 +706,7 @@ def create_append_postgres(
         ],
         created=_created_event(conversation_id, fresh, rows[0][1], at),
     )
-    if heads is not None:
-        heads.put(tenant, conversation_id, _head_of(done))
-    return done
+    return _kept(heads, tenant, conversation_id, done)
 
 
 def create_append_sqlite(
