@@ -44,6 +44,26 @@ def test_driver_connections_are_reused_and_closed_by_close(engine: Engine) -> No
         seen[0].cursor().execute("SELECT 1")
 
 
+def test_postgres_driver_connections_take_generic_plans_and_the_pool_does_not(
+    postgres_url: str,
+) -> None:
+    # docs/adr/0030-generic-plans-on-the-store-connections.md
+    engine = create_engine(postgres_url)
+    connections = DriverConnections(engine)
+
+    def mode(cursor: Any) -> str:
+        cursor.execute("SHOW plan_cache_mode")
+        return str(cursor.fetchone()[0])
+
+    try:
+        assert connections.run(False, mode) == (True, "force_generic_plan")
+        with engine.connect() as conn:  # the engine's own connections keep the default
+            assert conn.exec_driver_sql("SHOW plan_cache_mode").scalar_one() == "auto"
+    finally:
+        connections.close()
+        engine.dispose()
+
+
 def test_when_every_driver_connection_is_busy_run_declines(engine: Engine) -> None:
     # The store then takes the pool's path, where the pool's limits apply.
     connections = DriverConnections(engine, size=1)

@@ -52,6 +52,11 @@ async def test_connections_are_reused_in_autocommit_and_closed_by_close(
     second = await connections.run(remember)
     assert first[0] and first == second  # one connection, taken and given back
     assert seen[0] is seen[1] and seen[0].autocommit
+    # Generic plans (docs/adr/0030-generic-plans-on-the-store-connections.md).
+    assert await connections.run(lambda c: c.execute("SHOW plan_cache_mode") or c.fetchone()) == (
+        True,
+        ("force_generic_plan",),
+    )
     await connections.close()
     assert seen[0].closed
 

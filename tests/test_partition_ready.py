@@ -206,7 +206,6 @@ def test_a_database_at_revision_0003_upgrades_in_place_and_back(at_0003: str) ->
                 view = [payloads[seq] for cid, _, seq in before["views"] if cid == conv.id]
                 assert [dump_message(e.message) for e in ledger.entries(conv.id)] == view
 
-
         # And the upgraded log takes new writes: appends, a run with a caller's id, a fork.
         ledger = store.tenant("acme")
         conv = ledger.conversations()[0]
@@ -353,8 +352,9 @@ def test_hot_queries_touch_one_partition(partitioned: str) -> None:
         ledger.events(conversation_id=conv.id)
         sa.event.remove(store.engine, "before_cursor_execute", catch)
         assert len(statements) > 10
-        # The head read of the fast paths, which runs on the driver's own cursor.
-        statements.append((projector._PG_HEAD_PAYLOADS, {"id": conv.id, "tenant": "t"}))
+        # The head reads of the fast paths, which run on the driver's own cursor.
+        for head in (projector._PG_OWN_HEAD, projector._PG_HEAD_PAYLOADS):
+            statements.append((head, {"id": conv.id, "tenant": "t"}))
 
         wide = []
         with store.engine.connect() as conn:
@@ -368,3 +368,53 @@ def test_hot_queries_touch_one_partition(partitioned: str) -> None:
                 if len({p.rsplit("_p", 1)[0] for p in touched}) < len(touched):
                     wide.append((sql, sorted(touched)))
         assert wide == []
+
+
+def test_the_store_plans_its_head_read_once_and_it_reads_one_partition(partitioned: str) -> None:
+    """On a partitioned log Postgres would plan the head read afresh on every call
+    (its generic plan's estimate counts every partition); the store's own
+    connections take the generic plan, which prunes when the executor starts."""
+    with Store.open(partitioned) as store:
+        ledger = store.tenant("t")
+        convs = [ledger.create_conversation().id for _ in range(8)]
+        for conv in convs:
+            ledger.append_messages(conv, [Message(role="user", content=conv)])
+        for _ in range(3):
+            for conv in convs:
+                assert ledger.history(conv) == [Message(role="user", content=conv)]
+
+        def plans(cursor: Any) -> list[tuple[int, int]]:
+            cursor.execute(
+                "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+                "WHERE statement LIKE 'SELECT e.seq, e.payload FROM %%'"
+            )
+            return list(cursor.fetchall())
+
+        # psycopg prepares a statement on its sixth run; none of the runs since re-planned.
+        ran, found = store._driver.run(False, plans)
+        assert ran and len(found) == 1
+        ((generic, custom),) = found
+        assert generic > 0 and custom == 0
+
+        # That generic plan, run for one conversation, reads one partition of each table.
+        with store.engine.connect() as conn:
+            raw = conn.connection.dbapi_connection
+            assert raw is not None
+            with raw.cursor() as cursor:
+                cursor.execute("SET plan_cache_mode = force_generic_plan")
+                cursor.execute(
+                    "PREPARE head(uuid, text) AS "
+                    + projector._PG_OWN_HEAD % {"id": "$1", "tenant": "$2"}
+                )
+                cursor.execute(  # the id is a UUID of the store's: safe as a literal
+                    f"EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE head('{convs[0]}', 't')"
+                )
+                (plan,) = cursor.fetchone()[0]
+                cursor.execute("DEALLOCATE head")
+                cursor.execute("RESET plan_cache_mode")
+            conn.rollback()
+        touched = _touched(plan["Plan"])
+        assert sorted(p.rsplit("_p", 1)[0] for p in touched) == [
+            "chatledger_events",
+            "chatledger_view_entries",
+        ]

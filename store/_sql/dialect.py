@@ -49,6 +49,7 @@ T = TypeVar("T")
 
 __all__ = [
     "DEFAULT_URL",
+    "GENERIC_PLANS",
     "DriverConnections",
     "Durability",
     "InsertingTransaction",
@@ -252,6 +253,18 @@ def on_cursor(conn: Connection, fn: Callable[[Any], T], /) -> T:
         cursor.close()
 
 
+# The store's own Postgres connections run a fixed set of statements, each a
+# lookup or a write by key, whose best plan does not depend on the values
+# bound. Postgres plans a prepared statement afresh for its first five runs,
+# and then on a partitioned log for every run: a generic plan's estimate
+# counts every partition, a custom plan's only the one its values select, so
+# the custom plan always looks cheaper. The head read then spent more time
+# planning than executing. A generic plan is planned once per connection and
+# still reads one partition: Postgres prunes the others when the executor
+# starts, from the bound values (docs/adr/0030-generic-plans-on-the-store-connections.md).
+GENERIC_PLANS = "SET plan_cache_mode = force_generic_plan"
+
+
 class DriverConnections:
     """Driver connections of the store's own, for operations written in plain SQL.
 
@@ -274,8 +287,9 @@ class DriverConnections:
     closed fails, and the pool would log that with a traceback.
 
     On SQLite, `run` wraps the function in `BEGIN IMMEDIATE` (a write) or
-    `BEGIN`, and `COMMIT`; on Postgres the connections are in autocommit mode
-    and the function runs one self-contained statement.
+    `BEGIN`, and `COMMIT`; on Postgres the connections are in autocommit mode,
+    with generic plans (`GENERIC_PLANS`), and the function runs one
+    self-contained statement.
     """
 
     def __init__(self, engine: Engine, size: int = 8, recycle: float = 1800.0) -> None:
@@ -357,7 +371,12 @@ class DriverConnections:
             fairy = self._connect()
         fairy.detach()
         if not self._sqlite:
-            fairy.dbapi_connection.autocommit = True
+            try:
+                fairy.dbapi_connection.autocommit = True
+                fairy.dbapi_connection.execute(GENERIC_PLANS)
+            except BaseException:
+                _close(fairy)
+                raise
         return time.monotonic(), fairy
 
     def _connect(self) -> Any:

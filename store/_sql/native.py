@@ -27,7 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
 from store._errors import ChatledgerError
-from store._sql.dialect import cut_off
+from store._sql.dialect import GENERIC_PLANS, cut_off
 
 try:  # SQLAlchemy 2.1 names it `await_`, and deprecates `await_only`
     from sqlalchemy.util import await_ as await_only
@@ -82,9 +82,9 @@ class AsyncDriverConnections:
     The async twin of `store._sql.dialect.DriverConnections`, with its rules:
     each connection is checked out of the async engine's pool once and
     detached (so it carries what the engine's connect does), kept in
-    autocommit mode (a fast path's statement is atomic by itself), never
-    kept longer than `recycle` seconds, nor handed out once the server has
-    closed it. At most `size` exist; when all are in use, `run` declines and
+    autocommit mode (a fast path's statement is atomic by itself) with
+    generic plans (`GENERIC_PLANS`), never kept longer than `recycle`
+    seconds, nor handed out once the server has closed it. At most `size` exist; when all are in use, `run` declines and
     the caller takes another path. A connection that saw an error, or whose
     operation was cancelled mid-statement, is closed, not reused: its state
     is unknown.
@@ -154,6 +154,7 @@ class AsyncDriverConnections:
         fairy.detach()
         try:
             await _driver(fairy).set_autocommit(True)
+            await _driver(fairy).execute(GENERIC_PLANS)
         except BaseException:
             await _close(fairy)
             raise
