@@ -48,6 +48,8 @@ SECTION = "Partition-ready schema against the schema before it"
 
 # Counts as bench_store.py --quick: 100 calls x 3 rounds (30 workloads x 3).
 COUNT, ROUNDS, WORKLOADS = 100, 3, 30
+# bench_store.py's own (full) counts, for the storage pass: 300 x 5, 100 x 5.
+FULL_COUNTS = (300, 5, 100)
 LOAD_CALLS, LOAD_ROUNDS = 5, 4  # 20 loads a contender, taking turns 5 at a time
 
 # (key, label, kind): a rate is better higher, a time or a size lower.
@@ -99,8 +101,11 @@ def _table_bytes(conn: Any) -> dict[str, int]:
     return {name: int(size) for name, size in rows}
 
 
-def child(tree: str) -> dict[str, Any]:
-    """Measure one side: this process imports bench_store and store from `tree` (PYTHONPATH)."""
+def child(tree: str, full: bool = False) -> dict[str, Any]:
+    """Measure one side: this process imports bench_store and store from `tree` (PYTHONPATH).
+
+    `full`: bench_store.py's full counts instead of `--quick`'s (the storage pass).
+    """
     import uuid
 
     import psycopg
@@ -112,6 +117,7 @@ def child(tree: str) -> dict[str, Any]:
     for module in (store, bs):  # the side's own code, not the installed tree's
         if not Path(module.__file__).resolve().is_relative_to(Path(tree).resolve()):
             raise SystemExit(f"{module.__name__} imported from {module.__file__}, not {tree}")
+    count, rounds, workloads = FULL_COUNTS if full else (COUNT, ROUNDS, WORKLOADS)
     started = time.perf_counter()
     out: dict[str, Any] = {"load_average": os.getloadavg()[0]}
     with postgres_database("chatledger_ab") as url:
@@ -127,14 +133,14 @@ def child(tree: str) -> dict[str, Any]:
                 ours.append(our_conv)
 
             # As bench_store.run_backend: the chat loop, then batches of ten.
-            for key, pairs, count in [
+            for key, pairs, n in [
                 (
                     "chat_loop",
                     [
                         ("raw", lambda: raw.append(raw_conv)),
                         ("ours", lambda: ours.append(our_conv)),
                     ],
-                    COUNT,
+                    count,
                 ),
                 (
                     "batched",
@@ -142,12 +148,12 @@ def child(tree: str) -> dict[str, Any]:
                         ("raw", lambda: raw.append_batch(raw_conv)),
                         ("ours", lambda: ours.append_batch(our_conv)),
                     ],
-                    COUNT,
+                    count,
                 ),
                 # As bench_store.round_two: a new conversation and two turns of ten.
-                ("workload", [("raw", raw.workload), ("ours", ours.workload)], WORKLOADS),
+                ("workload", [("raw", raw.workload), ("ours", ours.workload)], workloads),
             ]:
-                rates = bs.interleaved(pairs, count, ROUNDS)
+                rates = bs.interleaved(pairs, n, rounds)
                 out[key] = rates["ours"] / rates["raw"]
                 out[f"{key}_raw"], out[f"{key}_ours"] = rates["raw"], rates["ours"]
 
@@ -171,9 +177,8 @@ def child(tree: str) -> dict[str, Any]:
                 our_t * 1000,
             )
 
-            # Storage per message, both sides holding the same mix of messages.
-            # bench_store's our_bytes_per_message sizes a partitioned table's
-            # (empty) parent only, so the partitions are summed here.
+            # Storage per message, both sides holding the same mix of messages,
+            # a partitioned table's partitions summed.
             raw_bytes = raw.bytes_per_message()
             with psycopg.connect(libpq(url)) as conn:
                 (messages,) = conn.execute(
@@ -229,12 +234,12 @@ def commit_of(tree: Path) -> str:
     return commit
 
 
-def run_side(tree: Path, extra: dict[str, str]) -> dict[str, Any]:
+def run_side(tree: Path, extra: dict[str, str], full: bool = False) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if k != "CHATLEDGER_BENCH_PARTITIONS"}
     env.update(extra, PYTHONPATH=str(tree))
     # -P: the script's own directory (this tree's bench/) is not put on sys.path.
     proc = subprocess.run(
-        [sys.executable, "-P", str(HERE), "--child", str(tree)],
+        [sys.executable, "-P", str(HERE), "--child", str(tree), *(["--full"] if full else [])],
         env=env,
         cwd=str(tree),
         capture_output=True,
@@ -325,6 +330,32 @@ def rounds_table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def storage_table(results: list[dict[str, Any]], full: dict[str, dict[str, Any]]) -> str:
+    """The storage pass at bench_store's own counts, against the rounds' smaller databases."""
+    lines = [
+        "| side | messages | chatledger bytes per message | ratio to the raw driver "
+        "| / before | verdict | each further message (bytes) |",
+        "|---|---:|---:|---:|---:|---|---:|",
+    ]
+    for side in ("before", "new", "new-8-partitions"):
+        big = full[side]
+        small_bytes = statistics.median(r["sides"][side]["storage_ours_bytes"] for r in results)
+        small_messages = statistics.median(r["sides"][side]["messages"] for r in results)
+        further = (big["storage_ours_bytes"] * big["messages"] - small_bytes * small_messages) / (
+            big["messages"] - small_messages
+        )
+        if side == "before":
+            cells = ["", ""]
+        else:
+            q = big["storage"] / full["before"]["storage"]
+            cells = [f"{q:.3f}", "within 5%" if q <= 1.05 else "NOT within 5%"]
+        lines.append(
+            f"| {side} | {big['messages']} | {big['storage_ours_bytes']:.0f} "
+            f"| {big['storage']:.3f}x | " + " | ".join(cells) + f" | {further:.0f} |"
+        )
+    return "\n".join(lines)
+
+
 def absolute_table(results: list[dict[str, Any]]) -> str:
     """Each side's median absolute figures, raw driver and chatledger, for scale."""
     rows = [
@@ -372,6 +403,7 @@ def absolute_table(results: list[dict[str, Any]]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--child", metavar="TREE", help=argparse.SUPPRESS)
+    parser.add_argument("--full", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument(
         "--before-tree",
         default=str(MAIN.parent / "wt-before"),
@@ -389,7 +421,7 @@ def main() -> int:
     parser.add_argument("--replay", help="report from a --save file instead of measuring")
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.child)))
+        print(json.dumps(child(args.child, args.full)))
         return 0
 
     sys.path.insert(0, str(MAIN))
@@ -432,12 +464,23 @@ def main() -> int:
             run["seconds"] = time.perf_counter() - started
             with open(save, "w") as out:
                 json.dump(run, out, indent=1)
+        # Storage at bench_store.py's own counts: one child a side, since storage
+        # does not move with the machine's load (it did not, over the rounds).
+        run["full"] = {}
+        for name, tree, extra in all_sides:
+            run["full"][name] = run_side(tree, extra, full=True)
+            print(f"storage pass {name}: {run['full'][name]['storage']:.3f}x", flush=True)
+        run["seconds"] = time.perf_counter() - started
+        with open(save, "w") as out:
+            json.dump(run, out, indent=1)
         print(f"figures saved to {save}")
 
     results = run["results"]
     summary = summarize(results, args.seed)
     table = summary_table(summary)
     print("\n" + table)
+    full = storage_table(results, run["full"]) if "full" in run else "(not measured)"
+    print("\n" + full)
     first = results[0]["sides"]
     minutes = run["seconds"] / 60
     commands = f"`git worktree add --detach ../wt-before {BEFORE_COMMIT}`"
@@ -469,15 +512,24 @@ def main() -> int:
         "Storage sums a partitioned table's partitions, and every chatledger table "
         "(the first storage row; the tables of the new schema are "
         + ", ".join(first["new"]["tables"])
-        + ") or bench_store's five (the second row; bench_store itself sizes a partitioned "
-        "table's empty parent only); the third row is chatledger's bytes per message "
+        + ") or bench_store's five (the second row, the tables bench_store sizes); "
+        "the third row is chatledger's bytes per message "
         "(not a ratio) less the size of its tables just migrated, before any row: the fixed "
         "cost of a table's pages and indexes, which 8 partitions multiply and a small "
-        "database feels most. Storage is taken after this script's workloads "
-        f"(about {first['new']['messages']} messages), not bench_store's, so its ratio is "
-        "not bench_store's figure.",
+        "database feels most. Storage in the rounds is taken after this script's workloads "
+        f"(about {first['new']['messages']} messages); bench_store's own counts write more, "
+        "and the storage pass below sizes those.",
         "",
         table,
+        "",
+        "Storage at bench_store.py's own (full) counts: after the rounds, one more "
+        f"child a side with {FULL_COUNTS[0]} calls x {FULL_COUNTS[1]} rounds of appends and "
+        f"of batches and {FULL_COUNTS[2]} x {FULL_COUNTS[1]} workloads, sized as above. The "
+        "last column is what each further message cost, between the rounds' databases and "
+        "this one: (bytes here - bytes there) / (messages here - messages there), every "
+        "table; what it leaves out is the fixed cost of the tables and their partitions.",
+        "",
+        full,
         "",
         "Median absolute figures of each side (raw driver / chatledger):",
         "",
