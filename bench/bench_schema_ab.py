@@ -38,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,7 @@ SECTION = "Partition-ready schema against the schema before it"
 
 # Counts as bench_store.py --quick: 100 calls x 3 rounds (30 workloads x 3).
 COUNT, ROUNDS, WORKLOADS = 100, 3, 30
-# bench_store.py's own (full) counts, for the storage pass: 300 x 5, 100 x 5.
+# bench_store.py's own (full) counts, the storage pass's default: 300 x 5, 100 x 5.
 FULL_COUNTS = (300, 5, 100)
 LOAD_CALLS, LOAD_ROUNDS = 5, 4  # 20 loads a contender, taking turns 5 at a time
 
@@ -101,10 +102,10 @@ def _table_bytes(conn: Any) -> dict[str, int]:
     return {name: int(size) for name, size in rows}
 
 
-def child(tree: str, full: bool = False) -> dict[str, Any]:
+def child(tree: str, counts: tuple[int, int, int] = (COUNT, ROUNDS, WORKLOADS)) -> dict[str, Any]:
     """Measure one side: this process imports bench_store and store from `tree` (PYTHONPATH).
 
-    `full`: bench_store.py's full counts instead of `--quick`'s (the storage pass).
+    `counts`: calls, rounds and workloads (the storage pass writes more than the rounds).
     """
     import uuid
 
@@ -117,7 +118,7 @@ def child(tree: str, full: bool = False) -> dict[str, Any]:
     for module in (store, bs):  # the side's own code, not the installed tree's
         if not Path(module.__file__).resolve().is_relative_to(Path(tree).resolve()):
             raise SystemExit(f"{module.__name__} imported from {module.__file__}, not {tree}")
-    count, rounds, workloads = FULL_COUNTS if full else (COUNT, ROUNDS, WORKLOADS)
+    count, rounds, workloads = counts
     started = time.perf_counter()
     out: dict[str, Any] = {"load_average": os.getloadavg()[0]}
     with postgres_database("chatledger_ab") as url:
@@ -234,12 +235,21 @@ def commit_of(tree: Path) -> str:
     return commit
 
 
-def run_side(tree: Path, extra: dict[str, str], full: bool = False) -> dict[str, Any]:
+def run_side(
+    tree: Path, extra: dict[str, str], counts: tuple[int, int, int] | None = None
+) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if k != "CHATLEDGER_BENCH_PARTITIONS"}
     env.update(extra, PYTHONPATH=str(tree))
     # -P: the script's own directory (this tree's bench/) is not put on sys.path.
     proc = subprocess.run(
-        [sys.executable, "-P", str(HERE), "--child", str(tree), *(["--full"] if full else [])],
+        [
+            sys.executable,
+            "-P",
+            str(HERE),
+            "--child",
+            str(tree),
+            *(["--counts", ",".join(map(str, counts))] if counts else []),
+        ],
         env=env,
         cwd=str(tree),
         capture_output=True,
@@ -330,6 +340,12 @@ def rounds_table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def storage_heading(counts: Sequence[int]) -> str:
+    if tuple(counts) == FULL_COUNTS:
+        return "Storage at bench_store.py's own (full) counts"
+    return "Storage at counts larger than bench_store.py's"
+
+
 def storage_table(results: list[dict[str, Any]], full: dict[str, dict[str, Any]]) -> str:
     """The storage pass at bench_store's own counts, against the rounds' smaller databases."""
     lines = [
@@ -403,7 +419,12 @@ def absolute_table(results: list[dict[str, Any]]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--child", metavar="TREE", help=argparse.SUPPRESS)
-    parser.add_argument("--full", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--counts", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--storage-counts",
+        default=",".join(map(str, FULL_COUNTS)),
+        help="calls,rounds,workloads of the storage pass (default bench_store's: %(default)s)",
+    )
     parser.add_argument(
         "--before-tree",
         default=str(MAIN.parent / "wt-before"),
@@ -421,7 +442,8 @@ def main() -> int:
     parser.add_argument("--replay", help="report from a --save file instead of measuring")
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.child, args.full)))
+        counts = tuple(map(int, args.counts.split(","))) if args.counts else None
+        print(json.dumps(child(args.child, *([counts] if counts else []))))
         return 0
 
     sys.path.insert(0, str(MAIN))
@@ -466,9 +488,10 @@ def main() -> int:
                 json.dump(run, out, indent=1)
         # Storage at bench_store.py's own counts: one child a side, since storage
         # does not move with the machine's load (it did not, over the rounds).
-        run["full"] = {}
+        storage_counts = tuple(map(int, args.storage_counts.split(",")))
+        run["full"], run["storage_counts"] = {}, storage_counts
         for name, tree, extra in all_sides:
-            run["full"][name] = run_side(tree, extra, full=True)
+            run["full"][name] = run_side(tree, extra, storage_counts)
             print(f"storage pass {name}: {run['full'][name]['storage']:.3f}x", flush=True)
         run["seconds"] = time.perf_counter() - started
         with open(save, "w") as out:
@@ -476,6 +499,7 @@ def main() -> int:
         print(f"figures saved to {save}")
 
     results = run["results"]
+    calls, rounds, workloads = run.get("storage_counts", FULL_COUNTS)
     summary = summarize(results, args.seed)
     table = summary_table(summary)
     print("\n" + table)
@@ -522,9 +546,9 @@ def main() -> int:
         "",
         table,
         "",
-        "Storage at bench_store.py's own (full) counts: after the rounds, one more "
-        f"child a side with {FULL_COUNTS[0]} calls x {FULL_COUNTS[1]} rounds of appends and "
-        f"of batches and {FULL_COUNTS[2]} x {FULL_COUNTS[1]} workloads, sized as above. The "
+        storage_heading(run.get("storage_counts", FULL_COUNTS)) + ": after the rounds, one "
+        f"more child a side with {calls} calls x {rounds} rounds of appends and of batches "
+        f"and {workloads} x {rounds} workloads, sized as above. The "
         "last column is what each further message cost, between the rounds' databases and "
         "this one: (bytes here - bytes there) / (messages here - messages there), every "
         "table; what it leaves out is the fixed cost of the tables and their partitions.",
