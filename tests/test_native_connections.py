@@ -52,13 +52,24 @@ async def test_connections_are_reused_in_autocommit_and_closed_by_close(
     second = await connections.run(remember)
     assert first[0] and first == second  # one connection, taken and given back
     assert seen[0] is seen[1] and seen[0].autocommit
-    # Generic plans (docs/adr/0030-generic-plans-on-the-store-connections.md).
-    assert await connections.run(lambda c: c.execute("SHOW plan_cache_mode") or c.fetchone()) == (
-        True,
-        ("force_generic_plan",),
-    )
     await connections.close()
     assert seen[0].closed
+
+
+async def test_connections_take_generic_plans_and_the_pool_does_not(engine: AsyncEngine) -> None:
+    # docs/adr/0030-generic-plans-on-the-store-connections.md
+    connections = AsyncDriverConnections(engine)
+
+    def mode(cursor: Any) -> str:
+        cursor.execute("SHOW plan_cache_mode")
+        return str(cursor.fetchone()[0])
+
+    try:
+        assert await connections.run(mode) == (True, "force_generic_plan")
+        async with engine.connect() as conn:  # the engine's own connections keep the default
+            assert (await conn.exec_driver_sql("SHOW plan_cache_mode")).scalar_one() == "auto"
+    finally:
+        await connections.close()
 
 
 async def test_when_every_connection_is_busy_run_declines(engine: AsyncEngine) -> None:

@@ -38,7 +38,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql
-from sqlalchemy.engine import URL, Connection, Engine
+from sqlalchemy.engine import URL, Connection, Dialect, Engine
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ColumnElement
@@ -67,6 +67,7 @@ __all__ = [
     "json_true",
     "normalize_url",
     "on_cursor",
+    "opening_error",
     "past_cursor",
     "settled_position",
     "snapshot_horizon",
@@ -253,15 +254,16 @@ def on_cursor(conn: Connection, fn: Callable[[Any], T], /) -> T:
         cursor.close()
 
 
-# The store's own Postgres connections run a fixed set of statements, each a
-# lookup or a write by key, whose best plan does not depend on the values
-# bound. Postgres plans a prepared statement afresh for its first five runs,
-# and then on a partitioned log for every run: a generic plan's estimate
-# counts every partition, a custom plan's only the one its values select, so
-# the custom plan always looks cheaper. The head read then spent more time
-# planning than executing. A generic plan is planned once per connection and
-# still reads one partition: Postgres prunes the others when the executor
-# starts, from the bound values (docs/adr/0030-generic-plans-on-the-store-connections.md).
+# The store's own Postgres connections run a fixed set of statements, each
+# reading or writing by key (a conversation's rows, a key's row), with no
+# range, page or list of varying shape. Once psycopg prepares one (its sixth
+# run), Postgres plans it afresh for five more runs, and then on a partitioned
+# log for every run: a generic plan's estimate counts every partition, a
+# custom plan's only the one its values select, so the custom plan always
+# looks cheaper, and the head read was re-planned on every call. A generic
+# plan is planned once per connection and still reads one partition:
+# Postgres prunes the others when the executor starts, from the bound values
+# (docs/adr/0030-generic-plans-on-the-store-connections.md).
 GENERIC_PLANS = "SET plan_cache_mode = force_generic_plan"
 
 
@@ -371,9 +373,13 @@ class DriverConnections:
             fairy = self._connect()
         fairy.detach()
         if not self._sqlite:
+            dialect = self._engine.dialect
             try:
                 fairy.dbapi_connection.autocommit = True
                 fairy.dbapi_connection.execute(GENERIC_PLANS)
+            except dialect.loaded_dbapi.Error as error:  # nothing of the caller's ran
+                _close(fairy)
+                raise opening_error(dialect, error) from error
             except BaseException:
                 _close(fairy)
                 raise
@@ -390,9 +396,7 @@ class DriverConnections:
         try:
             return self._engine.raw_connection()
         except dbapi_error as error:
-            raise sa_exc.DBAPIError.instance(
-                None, None, error, dbapi_error, dialect=self._engine.dialect
-            ) from error
+            raise opening_error(self._engine.dialect, error) from error
 
     def _give(self, born: float, fairy: Any, healthy: bool) -> None:
         if healthy and not self._closed:
@@ -405,6 +409,14 @@ class DriverConnections:
         _close(fairy)
         if lost:
             self._drop_idle()
+
+
+def opening_error(dialect: Dialect, error: Exception) -> sa_exc.StatementError:
+    """A driver's `error` in opening or setting up a connection, wrapped as SQLAlchemy
+    wraps it on its own checkout: told apart from an error on a connection in
+    use, after which a write may have committed (`store._sql.translate`)."""
+    dbapi_error: type[Exception] = dialect.loaded_dbapi.Error
+    return sa_exc.DBAPIError.instance(None, None, error, dbapi_error, dialect=dialect)
 
 
 def _close(fairy: Any) -> None:

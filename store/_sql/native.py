@@ -22,12 +22,11 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import psycopg
-from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
 from store._errors import ChatledgerError
-from store._sql.dialect import GENERIC_PLANS, cut_off
+from store._sql.dialect import GENERIC_PLANS, cut_off, opening_error
 
 try:  # SQLAlchemy 2.1 names it `await_`, and deprecates `await_only`
     from sqlalchemy.util import await_ as await_only
@@ -152,9 +151,13 @@ class AsyncDriverConnections:
             await _close(idle)
         fairy = await self._connect()
         fairy.detach()
+        dialect = self._engine.dialect
         try:
             await _driver(fairy).set_autocommit(True)
             await _driver(fairy).execute(GENERIC_PLANS)
+        except dialect.loaded_dbapi.Error as error:  # nothing of the caller's ran
+            await _close(fairy)
+            raise opening_error(dialect, error) from error
         except BaseException:
             await _close(fairy)
             raise
@@ -168,9 +171,7 @@ class AsyncDriverConnections:
         try:
             return await self._engine.raw_connection()
         except dbapi_error as error:
-            raise sa_exc.DBAPIError.instance(
-                None, None, error, dbapi_error, dialect=dialect
-            ) from error
+            raise opening_error(dialect, error) from error
 
     async def _give(self, born: float, fairy: Any, broke: BaseException | None) -> None:
         if broke is None and not self._closed:
