@@ -2,6 +2,7 @@
 
     git worktree add --detach ../wt-before 871a9a6
     python bench/bench_schema_ab.py [--before-tree ../wt-before] [--new-tree .] [--rounds 10]
+        [--storage-counts 300,5,100]
 
 Three sides, each the Postgres workloads of bench/bench_store.py measured as
 a ratio against the raw driver in the same process (`RawPostgres` and
@@ -24,7 +25,13 @@ round alike, so the paired quotient keeps what the schema changed and
 loses most of what the machine did. The report gives per measure the
 median ratio of each side, and the median of the paired quotients with a
 bootstrap 90% interval; "within 5%" means that median is >= 0.95 for a
-rate (<= 1.05 for a time or a size). Results go to bench/RESULTS.md.
+rate (<= 1.05 for a time or a size).
+
+Storage hardly moves with the machine's load, so after the rounds one more
+child a side sizes it at bench_store.py's own counts (or `--storage-counts`,
+calls,rounds,workloads), with what each further message cost between the
+rounds' databases and that one. Results go to bench/RESULTS.md; a storage
+pass at other counts than bench_store's to a section of its own.
 """
 
 from __future__ import annotations
@@ -102,10 +109,10 @@ def _table_bytes(conn: Any) -> dict[str, int]:
     return {name: int(size) for name, size in rows}
 
 
-def child(tree: str, counts: tuple[int, int, int] = (COUNT, ROUNDS, WORKLOADS)) -> dict[str, Any]:
+def child(tree: str, counts: tuple[int, ...] | None = None) -> dict[str, Any]:
     """Measure one side: this process imports bench_store and store from `tree` (PYTHONPATH).
 
-    `counts`: calls, rounds and workloads (the storage pass writes more than the rounds).
+    `counts`: calls, rounds and workloads, `--quick`'s unless given (the storage pass's).
     """
     import uuid
 
@@ -118,7 +125,7 @@ def child(tree: str, counts: tuple[int, int, int] = (COUNT, ROUNDS, WORKLOADS)) 
     for module in (store, bs):  # the side's own code, not the installed tree's
         if not Path(module.__file__).resolve().is_relative_to(Path(tree).resolve()):
             raise SystemExit(f"{module.__name__} imported from {module.__file__}, not {tree}")
-    count, rounds, workloads = counts
+    count, rounds, workloads = counts or (COUNT, ROUNDS, WORKLOADS)
     started = time.perf_counter()
     out: dict[str, Any] = {"load_average": os.getloadavg()[0]}
     with postgres_database("chatledger_ab") as url:
@@ -350,7 +357,7 @@ def storage_heading(counts: Sequence[int]) -> str:
 
 
 def storage_table(results: list[dict[str, Any]], full: dict[str, dict[str, Any]]) -> str:
-    """The storage pass at bench_store's own counts, against the rounds' smaller databases."""
+    """The storage pass, against the rounds' smaller databases."""
     lines = [
         "| side | messages | chatledger bytes per message | ratio to the raw driver "
         "| / before | verdict | each further message (bytes) |",
@@ -453,7 +460,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.child:
         counts = tuple(map(int, args.counts.split(","))) if args.counts else None
-        print(json.dumps(child(args.child, *([counts] if counts else []))))
+        print(json.dumps(child(args.child, counts)))
         return 0
 
     sys.path.insert(0, str(MAIN))
@@ -496,8 +503,8 @@ def main() -> int:
             run["seconds"] = time.perf_counter() - started
             with open(save, "w") as out:
                 json.dump(run, out, indent=1)
-        # Storage at bench_store.py's own counts: one child a side, since storage
-        # does not move with the machine's load (it did not, over the rounds).
+        # Storage at --storage-counts (bench_store.py's own by default): one child
+        # a side, since storage hardly moves with the machine's load.
         storage_counts = tuple(map(int, args.storage_counts.split(",")))
         run["full"], run["storage_counts"] = {}, storage_counts
         for name, tree, extra in all_sides:

@@ -83,10 +83,10 @@ class AsyncDriverConnections:
     detached (so it carries what the engine's connect does), kept in
     autocommit mode (a fast path's statement is atomic by itself) with
     generic plans (`GENERIC_PLANS`), never kept longer than `recycle`
-    seconds, nor handed out once the server has closed it. At most `size` exist; when all are in use, `run` declines and
-    the caller takes another path. A connection that saw an error, or whose
-    operation was cancelled mid-statement, is closed, not reused: its state
-    is unknown.
+    seconds, nor handed out once the server has closed it. At most `size`
+    exist; when all are in use, `run` declines and the caller takes another
+    path. A connection that saw an error, or whose operation was cancelled
+    mid-statement, is closed, not reused: its state is unknown.
 
     For one event loop, as the async engine is.
     """
