@@ -33,6 +33,8 @@ from store import (
     new_id,
 )
 from store._crypto import ERASED_CONTENT, SEALED_PREFIX
+from tests.test_audit import drain
+from tests.test_tail import settled
 from tests.test_verify import triggers_off
 
 KEK = bytes(range(32))
@@ -396,11 +398,18 @@ def test_runs_on_sealed_conversations_rebuild_and_read_as_erased_everywhere(
     assert any(m.tool_calls for m in stored) and all(m.content != ERASED_CONTENT for m in stored)
 
     sealed.erase(first.conversation_id, reason="the person asked")
-    audited = sealed.audit.events(conversation_id=first.conversation_id, kinds="message.recorded")
-    assert audited.items and all(e.payload["content"] == ERASED_CONTENT for e in audited.items)
-    tools = sealed.audit.tool_executions(conversation_id=first.conversation_id)
-    assert tools.items  # tool names and call ids are structure, kept in the clear
-    tailed = [e for page in sealed.tail() for e in page.items]
+    # Audit pages and the tail hold back what another open transaction on the
+    # server may yet precede (`Page.pending`, ADR 0005): read until settled.
+    conv = first.conversation_id
+    audited = drain(
+        lambda after: sealed.audit.events(
+            conversation_id=conv, kinds="message.recorded", after=after
+        )
+    )
+    assert audited and all(e.payload["content"] == ERASED_CONTENT for e in audited)
+    tools = drain(lambda after: sealed.audit.tool_executions(conversation_id=conv, after=after))
+    assert tools  # tool names and call ids are structure, kept in the clear
+    tailed = [e for page in settled(sealed) for e in page.items]
     messages = [e for e in tailed if e.kind == "message.recorded"]
     assert messages and all(e.payload["content"] == ERASED_CONTENT for e in messages)
     assert not rebuild_request(sealed, second.run_id, 1, agent).matches  # the content is gone
