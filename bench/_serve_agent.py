@@ -10,9 +10,9 @@ question), so the answer found in the log can be matched to the one streamed.
 
 from __future__ import annotations
 
-from engine import Agent, ModelRequest, tool
-from engine.providers.scripted import ScriptedModel
-from store import Message, ToolCall
+from chatledger.engine import Agent, ModelRequest, tool
+from chatledger.engine.providers.scripted import ScriptedModel
+from chatledger.store import Message, ToolCall
 
 __all__ = ["agent", "make_agent"]
 

@@ -39,13 +39,13 @@ from pydantic_ai.conversation import Conversation
 from pydantic_ai.conversation_store import ConversationRecord
 from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, UserPromptPart
 
-from adapters.openai_agents import ChatledgerSession
-from adapters.openai_agents import to_messages as items_to_messages
-from adapters.pydantic_ai import LedgerConversationStore, to_messages
-from adapters.pydantic_ai._store import _RECORD as RECORD_JSON
-from adapters.pydantic_ai._store import RECORD, REVISION
 from bench._common import machine, postgres_database, write_section
-from store import AsyncStore, new_id
+from chatledger.adapters.openai_agents import ChatledgerSession
+from chatledger.adapters.openai_agents import to_messages as items_to_messages
+from chatledger.adapters.pydantic_ai import LedgerConversationStore, to_messages
+from chatledger.adapters.pydantic_ai._store import _RECORD as RECORD_JSON
+from chatledger.adapters.pydantic_ai._store import RECORD, REVISION
+from chatledger.store import AsyncStore, new_id
 
 RESULTS = str(Path(__file__).resolve().parent / "RESULTS.md")
 TEXT = "The quick brown fox jumps over the lazy dog. " * 22  # ~1 KB

@@ -46,7 +46,7 @@ from typing import Any
 import psycopg
 import sqlalchemy as sa
 
-from store import Store
+from chatledger.store import Store
 
 CONVERSATIONS = 10_000
 EVENTS_PER_CONVERSATION = 100

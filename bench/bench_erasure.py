@@ -36,7 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import machine, postgres_database, write_section
-from store import Ledger, Message, Store
+from chatledger.store import Ledger, Message, Store
 
 RESULTS = str(Path(__file__).resolve().parent / "RESULTS.md")
 TEXT = "The quick brown fox jumps over the lazy dog. " * 22  # ~1 KB

@@ -30,7 +30,14 @@ import sys
 import time
 from collections.abc import Callable
 
-from store import DataPart, Message, ToolCall, UrlPart, normalize_history, sanitize_history
+from chatledger.store import (
+    DataPart,
+    Message,
+    ToolCall,
+    UrlPart,
+    normalize_history,
+    sanitize_history,
+)
 
 SMALL = 10_000
 LARGE = 100_000

@@ -56,11 +56,11 @@ from bench._common import (
     write_section,
 )
 from bench.bench_store import MESSAGES, RAW_APP, Cycle, RawPostgres
-from store import Store
-from store._cache import HeadCache
-from store._sql import append as _append
-from store._sql import log as _log
-from store._values import NewEvent
+from chatledger.store import Store
+from chatledger.store._cache import HeadCache
+from chatledger.store._sql import append as _append
+from chatledger.store._sql import log as _log
+from chatledger.store._values import NewEvent
 
 RESULTS = str(Path(__file__).resolve().parent / "RESULTS.md")
 TENANT = "bench"

@@ -37,6 +37,7 @@ pass at other counts than bench_store's to a section of its own.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import random
@@ -118,7 +119,13 @@ def child(tree: str, counts: tuple[int, ...] | None = None) -> dict[str, Any]:
 
     import psycopg
 
-    import store
+    if (Path(tree) / "chatledger").is_dir():
+        import chatledger
+
+        chatledger.__path__.append(tree)  # the side's own store/, engine/ as chatledger.*
+        from chatledger import store
+    else:  # a tree from before the one import package (docs/adr/0031), as 871a9a6
+        store = importlib.import_module("store")
     from bench import bench_store as bs
     from bench._common import libpq, postgres_database
 

@@ -8,7 +8,7 @@ default $CHATLEDGER_BENCH_POSTGRES_URL, else $CHATLEDGER_TEST_POSTGRES_URL,
 else postgres@127.0.0.1:5432/test; migrated with `Store.open(url).migrate()`,
 dropped at the end):
 
-1. The real service: `python -m engine.cli serve --agent bench._serve_agent:agent
+1. The real service: `python -m chatledger serve --agent bench._serve_agent:agent
    --keys FILE --port 0` in its own process (uvicorn, as `chatledger serve`
    runs it), with a new API key whose digest is the key file's one entry.
    `--clients` concurrent clients (one process, each its own httpx.AsyncClient:
@@ -87,10 +87,10 @@ from bench._common import (
     with_application_name,
 )
 from bench._serve_agent import make_agent
-from engine import Agent
-from engine.providers import Delta
-from service import key_digest, new_api_key
-from store import AsyncLedger, AsyncStore, Message, Store
+from chatledger.engine import Agent
+from chatledger.engine.providers import Delta
+from chatledger.service import key_digest, new_api_key
+from chatledger.store import AsyncLedger, AsyncStore, Message, Store
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "RESULTS.md"
@@ -218,14 +218,14 @@ class Meter:
 
 
 class ServeProcess:
-    """`python -m engine.cli serve` on a loopback port, its stderr kept."""
+    """`python -m chatledger serve` on a loopback port, its stderr kept."""
 
     def __init__(self, url: str, keys: Path) -> None:
         self.process = subprocess.Popen(
             [
                 sys.executable,
                 "-m",
-                "engine.cli",
+                "chatledger",
                 "serve",
                 "--agent",
                 AGENT,

@@ -46,11 +46,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import machine, write_section
 from bench.bench_store import MESSAGES, Cycle, Ours, RawSqlite
-from store._sql import append as _append
-from store._sql import chain as _chain
-from store._sql.dialect import sqlite_clock, sqlite_time
-from store.ids import new_id
-from store.messages import dump_message
+from chatledger.store._sql import append as _append
+from chatledger.store._sql import chain as _chain
+from chatledger.store._sql.dialect import sqlite_clock, sqlite_time
+from chatledger.store.ids import new_id
+from chatledger.store.messages import dump_message
 
 RESULTS = str(Path(__file__).resolve().parent / "RESULTS.md")
 BATCH = 10

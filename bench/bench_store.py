@@ -52,7 +52,7 @@ from bench._common import (
     write_section,
 )
 from bench.bench_writers import compare as compare_writers
-from store import AsyncStore, Ledger, Message, Store, ToolCall, new_id
+from chatledger.store import AsyncStore, Ledger, Message, Store, ToolCall, new_id
 
 RESULTS = str(Path(__file__).resolve().parent / "RESULTS.md")
 PER_CONVERSATION = 20  # the chat loop with creations: a new conversation every 20 messages

@@ -89,7 +89,7 @@ def _writer(
     results: Any,
 ) -> None:
     from bench.bench_store import MESSAGES
-    from store import Store, new_id
+    from chatledger.store import Store, new_id
 
     store = Store.open(url, message_cache=0, notify=notify)
     ledger = store.tenant(TENANT)
@@ -126,7 +126,7 @@ def _writer(
 
 
 def _consumer(url: str, idle_seconds: float, ready: Any, go: Any, wanted: Any, out: Any) -> None:
-    from store import Store
+    from chatledger.store import Store
 
     store = Store.open(url)
     ledger = store.tenant(TENANT)
@@ -249,7 +249,7 @@ def lag_run(
     pace: float | None,
 ) -> Run:
     """Four writers and one following consumer; the lag of every appended event."""
-    from store import Message, Store
+    from chatledger.store import Message, Store
 
     postgres = url.startswith("postgresql")
     app = f"bench_tail_{uuid.uuid4().hex[:6]}"
@@ -386,7 +386,7 @@ def throughput_run(url: str, *, notify: bool, seconds: float) -> Throughput:
 
 
 def migrated(url: str) -> str:
-    from store import Store
+    from chatledger.store import Store
 
     with Store.open(url) as store:
         store.migrate()

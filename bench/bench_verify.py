@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import machine, median_seconds, postgres_database, write_section
 from bench.bench_store import MESSAGES
-from store import Ledger, Recompute, Store
+from chatledger.store import Ledger, Recompute, Store
 
 RESULTS = str(Path(__file__).resolve().parent / "RESULTS.md")
 TARGET = 100_000

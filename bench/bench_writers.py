@@ -75,7 +75,7 @@ def _writer(
 
         close = conn.close
     else:
-        from store import Store, new_id
+        from chatledger.store import Store, new_id
 
         store = Store.open(with_application_name(url, app), message_cache=0)
         ledger = store.tenant(f"writer-{index}")

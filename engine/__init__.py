@@ -9,11 +9,11 @@ import importlib as _importlib
 import importlib.util as _importlib_util
 import typing as _typing
 
-from store import __version__
+from chatledger import __version__
 
 if _typing.TYPE_CHECKING:
-    from engine._errors import Partial, RunError
-    from engine._values import (
+    from chatledger.engine._errors import Partial, RunError
+    from chatledger.engine._values import (
         RESTRICTED,
         Hit,
         HitFilter,
@@ -22,48 +22,53 @@ if _typing.TYPE_CHECKING:
         Source,
         drop_restricted,
     )
-    from engine.agent import Agent
-    from engine.audit import RequestCheck, check_request, rebuild_request, rebuild_request_async
-    from engine.providers import Model, ModelError, ModelRequest, ModelResponse, ToolSpec
-    from engine.tools import Canceled, Tool, ToolFailed, ToolResult, tool
+    from chatledger.engine.agent import Agent
+    from chatledger.engine.audit import (
+        RequestCheck,
+        check_request,
+        rebuild_request,
+        rebuild_request_async,
+    )
+    from chatledger.engine.providers import Model, ModelError, ModelRequest, ModelResponse, ToolSpec
+    from chatledger.engine.tools import Canceled, Tool, ToolFailed, ToolResult, tool
 
 # Each public name, and the module it comes from.
 _LAZY = {
-    "Agent": "engine.agent",
-    "Canceled": "engine.tools",
-    "Hit": "engine._values",
-    "HitFilter": "engine._values",
-    "Model": "engine.providers",
-    "ModelError": "engine.providers",
-    "ModelRequest": "engine.providers",
-    "ModelResponse": "engine.providers",
-    "Partial": "engine._errors",
-    "RESTRICTED": "engine._values",
-    "RequestCheck": "engine.audit",
-    "Result": "engine._values",
-    "RunContext": "engine._values",
-    "RunError": "engine._errors",
-    "Source": "engine._values",
-    "Tool": "engine.tools",
-    "ToolFailed": "engine.tools",
-    "ToolResult": "engine.tools",
-    "ToolSpec": "engine.providers",
-    "check_request": "engine.audit",
-    "drop_restricted": "engine._values",
-    "rebuild_request": "engine.audit",
-    "rebuild_request_async": "engine.audit",
-    "tool": "engine.tools",
+    "Agent": ".agent",
+    "Canceled": ".tools",
+    "Hit": "._values",
+    "HitFilter": "._values",
+    "Model": ".providers",
+    "ModelError": ".providers",
+    "ModelRequest": ".providers",
+    "ModelResponse": ".providers",
+    "Partial": "._errors",
+    "RESTRICTED": "._values",
+    "RequestCheck": ".audit",
+    "Result": "._values",
+    "RunContext": "._values",
+    "RunError": "._errors",
+    "Source": "._values",
+    "Tool": ".tools",
+    "ToolFailed": ".tools",
+    "ToolResult": ".tools",
+    "ToolSpec": ".providers",
+    "check_request": ".audit",
+    "drop_restricted": "._values",
+    "rebuild_request": ".audit",
+    "rebuild_request_async": ".audit",
+    "tool": ".tools",
 }
 
 
 def __getattr__(name: str) -> _typing.Any:
     module = _LAZY.get(name)
     if module is not None:
-        value = getattr(_importlib.import_module(module), name)
+        value = getattr(_importlib.import_module(module, __name__), name)
     elif not name.startswith("_") and _importlib_util.find_spec(f"{__name__}.{name}"):
         value = _importlib.import_module(f"{__name__}.{name}")  # a submodule, as `engine.providers`
     else:
-        raise AttributeError(f"module 'engine' has no attribute {name!r}")
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     globals()[name] = value  # once loaded, a plain attribute
     return value
 

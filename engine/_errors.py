@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from store import ChatledgerError, Message, Usage
+from chatledger.store import ChatledgerError, Message, Usage
 
 __all__ = ["FailureStage", "Partial", "RunError"]
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol, cast
 
-from store import (
+from chatledger.store import (
     Appended,
     AsyncLedger,
     Conversation,

@@ -25,10 +25,10 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import replace
 from typing import Any, Protocol, TypeVar
 
-from engine._errors import FailureStage, Partial, RunError
-from engine._ledger import LedgerLike
-from engine._telemetry import RunSpans, record_outcome, record_response, record_result
-from engine._values import (
+from chatledger.engine._errors import FailureStage, Partial, RunError
+from chatledger.engine._ledger import LedgerLike
+from chatledger.engine._telemetry import RunSpans, record_outcome, record_response, record_result
+from chatledger.engine._values import (
     Guard,
     Hit,
     HitFilter,
@@ -42,9 +42,9 @@ from engine._values import (
     given_hits,
     model_request,
 )
-from engine.providers import DeltaCallback, Model, ModelError
-from engine.tools import Canceled, Outcome
-from store import (
+from chatledger.engine.providers import DeltaCallback, Model, ModelError
+from chatledger.engine.tools import Canceled, Outcome
+from chatledger.store import (
     ChatledgerError,
     HistoryError,
     HistoryProcessor,
@@ -62,8 +62,8 @@ from store import (
     normalize_history,
     sanitize_history,
 )
-from store.history import ModelView, instructions_digest, model_view, no_result
-from store.ids import is_id, new_id
+from chatledger.store.history import ModelView, instructions_digest, model_view, no_result
+from chatledger.store.ids import is_id, new_id
 
 __all__ = ["Run", "RunAgent"]
 

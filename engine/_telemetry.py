@@ -60,17 +60,17 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING
 
-from engine._errors import RunError
-from store import __version__
+from chatledger import __version__
+from chatledger.engine._errors import RunError
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
     from opentelemetry.util.types import AttributeValue
 
-    from engine._values import Result
-    from engine.providers import ModelResponse
-    from engine.tools import Outcome
-    from store import ToolCall, Usage
+    from chatledger.engine._values import Result
+    from chatledger.engine.providers import ModelResponse
+    from chatledger.engine.tools import Outcome
+    from chatledger.store import ToolCall, Usage
 
 __all__ = ["RunSpans", "record_outcome", "record_response", "record_result"]
 

@@ -16,9 +16,9 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from engine.providers import ModelRequest
-from engine.tools import Tool
-from store import Message, Usage
+from chatledger.engine.providers import ModelRequest
+from chatledger.engine.tools import Tool
+from chatledger.store import Message, Usage
 
 __all__ = [
     "RESTRICTED",

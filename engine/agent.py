@@ -18,9 +18,9 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from engine._ledger import as_async
-from engine._run import Run
-from engine._values import (
+from chatledger.engine._ledger import as_async
+from chatledger.engine._run import Run
+from chatledger.engine._values import (
     Guard,
     Hit,
     HitFilter,
@@ -32,10 +32,10 @@ from engine._values import (
     Source,
     drop_restricted,
 )
-from engine.providers import DeltaCallback, Model
-from engine.tools import Tool
-from store import AsyncLedger, HistoryProcessor, Ledger, Message
-from store.history import instructions_digest
+from chatledger.engine.providers import DeltaCallback, Model
+from chatledger.engine.tools import Tool
+from chatledger.store import AsyncLedger, HistoryProcessor, Ledger, Message
+from chatledger.store.history import instructions_digest
 
 __all__ = ["Agent", "Hit", "Result", "RunContext", "Source"]
 

@@ -21,10 +21,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from engine._values import Hit, context_block, given_hits, model_request
-from engine.agent import Agent
-from engine.providers import ModelRequest, PreparedRequest
-from store import AsyncLedger, InvalidInputError, Ledger, RecordedRequest
+from chatledger.engine._values import Hit, context_block, given_hits, model_request
+from chatledger.engine.agent import Agent
+from chatledger.engine.providers import ModelRequest, PreparedRequest
+from chatledger.store import AsyncLedger, InvalidInputError, Ledger, RecordedRequest
 
 __all__ = ["RequestCheck", "check_request", "rebuild_request", "rebuild_request_async"]
 

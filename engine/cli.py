@@ -1,11 +1,11 @@
-"""The `chatledger` command's entry point: the console script and `python -m engine.cli`.
+"""The `chatledger` command's entry point: the console script and `python -m chatledger`.
 
 The command itself is the private package `engine._cli`.
 """
 
 import sys
 
-from engine._cli import main
+from chatledger.engine._cli import main
 
 __all__ = ["main"]
 

@@ -24,10 +24,10 @@ import socket
 from dataclasses import dataclass, field
 from typing import Literal
 
-from engine._errors import RunError
-from engine._values import Result
-from engine.agent import Agent
-from store import LeaseError, Ledger, ResumeConflictError, Run, RunCursor, Store
+from chatledger.engine._errors import RunError
+from chatledger.engine._values import Result
+from chatledger.engine.agent import Agent
+from chatledger.store import LeaseError, Ledger, ResumeConflictError, Run, RunCursor, Store
 
 __all__ = ["ResumeOutcome", "ResumeWorker", "uncertain_tool_calls"]
 

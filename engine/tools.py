@@ -29,8 +29,8 @@ from typing import Any, get_type_hints
 
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
-from engine.providers import ToolSpec
-from store.messages import Message, Part, ToolCall
+from chatledger.engine.providers import ToolSpec
+from chatledger.store.messages import Message, Part, ToolCall
 
 __all__ = ["Canceled", "Tool", "ToolFailed", "ToolResult", "tool"]
 

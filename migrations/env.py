@@ -9,19 +9,24 @@ autogenerate only looks at `chatledger_` tables.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING
 
 from alembic import context
 from sqlalchemy.engine import Connection
 
-from store._sql.dialect import create_engine
-from store.schema import metadata
+from chatledger.store._sql.dialect import create_engine
+from chatledger.store.schema import metadata
+
+if TYPE_CHECKING:
+    from alembic.runtime.environment import NameFilterParentNames, NameFilterType
 
 VERSION_TABLE = "chatledger_alembic_version"
 PARTITION = re.compile(r"chatledger_\w+_p\d+")
 
 
-def include_name(name: str | None, type_: str, _parents: dict[str, Any]) -> bool:
+def include_name(
+    name: str | None, type_: NameFilterType, _parents: NameFilterParentNames
+) -> bool:
     """Only chatledger's own tables are ours to compare and migrate.
 
     The hash partitions `Store.migrate(partitions=N)` makes (`<table>_p<i>`,

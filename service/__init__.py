@@ -5,9 +5,9 @@ Install with `pip install 'chatledger[serve]'`; run with `chatledger serve
 any ASGI server.
 """
 
-from service._app import SourceFilter, create_app, drop_restricted_sources
-from service._keys import KEYS_ENV, ApiKeys, key_digest, new_api_key
-from service._models import AskRequest, AskResponse
+from chatledger.service._app import SourceFilter, create_app, drop_restricted_sources
+from chatledger.service._keys import KEYS_ENV, ApiKeys, key_digest, new_api_key
+from chatledger.service._models import AskRequest, AskResponse
 
 __all__ = [  # noqa: RUF022 (sorted as the test sorts: plain str order)
     "ApiKeys",

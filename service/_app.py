@@ -27,20 +27,22 @@ from fastapi.security import HTTPBearer
 from sse_starlette import EventSourceResponse
 from starlette.responses import JSONResponse, Response
 
-from engine import Agent, Result, RunError, Source
-from engine._cli._common import to_json  # chatledger's JSON of a store value, as the CLI prints it
-from service._boundary import TENANT_SCOPE_KEY, Boundary
-from service._errors import (
+from chatledger.engine import Agent, Result, RunError, Source
+from chatledger.engine._cli._common import (
+    to_json,  # chatledger's JSON of a store value, as the CLI prints it
+)
+from chatledger.service._boundary import TENANT_SCOPE_KEY, Boundary
+from chatledger.service._errors import (
     error_response,
     install_error_handlers,
     run_error_detail,
     sentence,
     status_of_stage,
 )
-from service._keys import ApiKeys
-from service._models import AskRequest, AskResponse, ErrorBody, ForkRequest, ForkResponse
-from service._stream import RunStream, cancel_once, drive
-from store import (
+from chatledger.service._keys import ApiKeys
+from chatledger.service._models import AskRequest, AskResponse, ErrorBody, ForkRequest, ForkResponse
+from chatledger.service._stream import RunStream, cancel_once, drive
+from chatledger.store import (
     AsyncLedger,
     AsyncStore,
     ChatledgerError,

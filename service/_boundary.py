@@ -14,8 +14,8 @@ from typing import Any
 
 from starlette.exceptions import HTTPException
 
-from service._errors import error_response
-from service._keys import ApiKeys
+from chatledger.service._errors import error_response
+from chatledger.service._keys import ApiKeys
 
 __all__ = ["TENANT_SCOPE_KEY", "Boundary"]
 

@@ -18,9 +18,9 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
 
-from engine import RunError
-from service._models import ErrorBody, ErrorDetail
-from store import (
+from chatledger.engine import RunError
+from chatledger.service._models import ErrorBody, ErrorDetail
+from chatledger.store import (
     ChatledgerError,
     ConflictError,
     InvalidInputError,

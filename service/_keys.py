@@ -16,7 +16,7 @@ import secrets
 from collections.abc import Mapping
 from pathlib import Path
 
-from store import InvalidInputError
+from chatledger.store import InvalidInputError
 
 __all__ = ["KEYS_ENV", "ApiKeys", "key_digest", "new_api_key"]
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from engine import Result, Source
+from chatledger.engine import Result, Source
 
 __all__ = [
     "AskRequest",

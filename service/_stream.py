@@ -24,9 +24,9 @@ from typing import Any
 
 from sse_starlette import ServerSentEvent
 
-from engine import Agent, Result, RunError
-from engine.providers import Delta
-from store import AsyncLedger, ChatledgerError, Message
+from chatledger.engine import Agent, Result, RunError
+from chatledger.engine.providers import Delta
+from chatledger.store import AsyncLedger, ChatledgerError, Message
 
 __all__ = ["RunStream", "cancel_once", "drive"]
 

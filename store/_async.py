@@ -22,15 +22,15 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.ext.asyncio import create_async_engine as sa_create_async_engine
 
-from store import _tail
-from store._audit import AsyncAudit
-from store._cache import HeadCache, MessageCache
-from store._crypto import KeyEncryptionKey, kek_for, sealer_for
-from store._errors import ConflictError, EncryptionError, ErasedError
-from store._ops import Operations, StoreOperations, completed
-from store._retention import RetentionReport, run_retention
-from store._sealing import Program, adrive, needs_opening, opening, preparing
-from store._sql.dialect import (
+from chatledger.store import _tail
+from chatledger.store._audit import AsyncAudit
+from chatledger.store._cache import HeadCache, MessageCache
+from chatledger.store._crypto import KeyEncryptionKey, kek_for, sealer_for
+from chatledger.store._errors import ConflictError, EncryptionError, ErasedError
+from chatledger.store._ops import Operations, StoreOperations, completed
+from chatledger.store._retention import RetentionReport, run_retention
+from chatledger.store._sealing import Program, adrive, needs_opening, opening, preparing
+from chatledger.store._sql.dialect import (
     WRITE,
     DriverConnections,
     Durability,
@@ -40,13 +40,13 @@ from store._sql.dialect import (
     is_sqlite,
     sync_driver_url,
 )
-from store._sql.erasure import Erasure
-from store._sql.native import AsyncDriverConnections
-from store._sql.ops import Op, general, in_transaction, run_fast
-from store._sql.pages import DEFAULT_LIMIT, Page
-from store._sql.replicas import Replicas, check_replicas
-from store._sql.retention import RetentionAction, RetentionPolicy
-from store._sql.tail import (
+from chatledger.store._sql.erasure import Erasure
+from chatledger.store._sql.native import AsyncDriverConnections
+from chatledger.store._sql.ops import Op, general, in_transaction, run_fast
+from chatledger.store._sql.pages import DEFAULT_LIMIT, Page
+from chatledger.store._sql.replicas import Replicas, check_replicas
+from chatledger.store._sql.retention import RetentionAction, RetentionPolicy
+from chatledger.store._sql.tail import (
     AsyncPostgresWaiter,
     Notifier,
     SqliteWaiter,
@@ -56,10 +56,10 @@ from store._sql.tail import (
     sqlite_connector,
     url_connector,
 )
-from store._sql.transfer import ExportReport, ImportReport
-from store._sql.translate import translating
-from store._sql.verify import Recompute, Verification
-from store._values import (
+from chatledger.store._sql.transfer import ExportReport, ImportReport
+from chatledger.store._sql.translate import translating
+from chatledger.store._sql.verify import Recompute, Verification
+from chatledger.store._values import (
     Appended,
     Conversation,
     Entry,
@@ -70,7 +70,7 @@ from store._values import (
     RunCursor,
     RunStatus,
 )
-from store.messages import Message, Usage
+from chatledger.store.messages import Message, Usage
 
 __all__ = ["AsyncLedger", "AsyncStore"]
 

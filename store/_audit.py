@@ -17,9 +17,9 @@ from typing import Any, Literal, TypeVar, get_args
 
 from sqlalchemy.engine import Connection
 
-from store._errors import InvalidInputError
-from store._sql import log as _log
-from store._sql.audit import (
+from chatledger.store._errors import InvalidInputError
+from chatledger.store._sql import log as _log
+from chatledger.store._sql.audit import (
     Filter,
     RequestParts,
     lineage,
@@ -29,9 +29,9 @@ from store._sql.audit import (
     run_timeline,
     tool_executions,
 )
-from store._sql.ops import AsyncExecutor, Executor, Op
-from store._sql.pages import DEFAULT_LIMIT, Page
-from store._values import (
+from chatledger.store._sql.ops import AsyncExecutor, Executor, Op
+from chatledger.store._sql.pages import DEFAULT_LIMIT, Page
+from chatledger.store._values import (
     Event,
     Lineage,
     Origin,
@@ -40,7 +40,7 @@ from store._values import (
     ToolExecution,
     ToolStatus,
 )
-from store.history import HistoryProcessor
+from chatledger.store.history import HistoryProcessor
 
 __all__ = ["AsyncAudit", "Audit"]
 

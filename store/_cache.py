@@ -22,7 +22,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from store.messages import Message, load_messages
+from chatledger.store.messages import Message, load_messages
 
 __all__ = ["HeadCache", "MessageCache"]
 

@@ -14,8 +14,8 @@ import math
 from collections.abc import Collection
 from typing import Any
 
-from store._errors import InvalidInputError
-from store.ids import is_id
+from chatledger.store._errors import InvalidInputError
+from chatledger.store.ids import is_id
 
 __all__ = [
     "MAX_INT32",

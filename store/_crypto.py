@@ -42,9 +42,9 @@ from datetime import datetime
 from itertools import repeat
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from store._errors import EncryptionError, InvalidInputError
-from store._values import Conversation, Event, NewEvent, Position
-from store.messages import Message, load_messages
+from chatledger.store._errors import EncryptionError, InvalidInputError
+from chatledger.store._values import Conversation, Event, NewEvent, Position
+from chatledger.store.messages import Message, load_messages
 
 __all__ = [
     "ERASED_CONTENT",

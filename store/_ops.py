@@ -17,9 +17,9 @@ from typing import Any, TextIO, TypeVar, get_args
 
 from sqlalchemy.engine import Connection
 
-from store import _repair
-from store._cache import HeadCache, MessageCache
-from store._checks import (
+from chatledger.store import _repair
+from chatledger.store._cache import HeadCache, MessageCache
+from chatledger.store._checks import (
     MAX_INT32,
     check_choice,
     check_id,
@@ -27,7 +27,7 @@ from store._checks import (
     check_long_text,
     check_new_id,
 )
-from store._crypto import (
+from chatledger.store._crypto import (
     PLAIN,
     KeyEncryptionKey,
     Seal,
@@ -37,26 +37,26 @@ from store._crypto import (
     open_text,
     refuse_sealed,
 )
-from store._errors import ConflictError, EncryptionError, InvalidInputError, SchemaError
-from store._sql import append as _append
-from store._sql import entries as _entries
-from store._sql import erasure as _erasure
-from store._sql import importer as _importer
-from store._sql import keys as _keys
-from store._sql import log as _log
-from store._sql import migrate as _migrate
-from store._sql import partitions as _partitions
-from store._sql import projector
-from store._sql import retention as _retention
-from store._sql import runs as _runs
-from store._sql import transfer as _transfer
-from store._sql import verify as _verify
-from store._sql.erasure import Erasure
-from store._sql.ops import Op, Sealing
-from store._sql.retention import RetentionPolicy
-from store._sql.transfer import ExportReport, ImportReport, Progress
-from store._sql.verify import Recompute, Verification
-from store._values import (
+from chatledger.store._errors import ConflictError, EncryptionError, InvalidInputError, SchemaError
+from chatledger.store._sql import append as _append
+from chatledger.store._sql import entries as _entries
+from chatledger.store._sql import erasure as _erasure
+from chatledger.store._sql import importer as _importer
+from chatledger.store._sql import keys as _keys
+from chatledger.store._sql import log as _log
+from chatledger.store._sql import migrate as _migrate
+from chatledger.store._sql import partitions as _partitions
+from chatledger.store._sql import projector
+from chatledger.store._sql import retention as _retention
+from chatledger.store._sql import runs as _runs
+from chatledger.store._sql import transfer as _transfer
+from chatledger.store._sql import verify as _verify
+from chatledger.store._sql.erasure import Erasure
+from chatledger.store._sql.ops import Op, Sealing
+from chatledger.store._sql.retention import RetentionPolicy
+from chatledger.store._sql.transfer import ExportReport, ImportReport, Progress
+from chatledger.store._sql.verify import Recompute, Verification
+from chatledger.store._values import (
     Appended,
     Conversation,
     Entry,
@@ -68,8 +68,8 @@ from store._values import (
     RunCursor,
     RunStatus,
 )
-from store.ids import new_id
-from store.messages import Message, Usage, load_message, load_messages
+from chatledger.store.ids import new_id
+from chatledger.store.messages import Message, Usage, load_message, load_messages
 
 __all__ = ["Operations", "StoreOperations", "completed"]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from store.messages import Message, ToolCall
+from chatledger.store.messages import Message, ToolCall
 
 # The text of a synthesized result. It is fixed, with no timestamp, id or other
 # varying data, so repairing a repaired history returns it byte for byte (and a

@@ -22,15 +22,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 from urllib.parse import quote
 
-from store._errors import ChatledgerError, InvalidInputError
-from store._sealing import Blocking, Program
-from store._sql import erasure as _erasure
-from store._sql import retention as _retention
-from store._sql.ops import Op
-from store._sql.retention import RetentionPlan, RetentionPolicy
+from chatledger.store._errors import ChatledgerError, InvalidInputError
+from chatledger.store._sealing import Blocking, Program
+from chatledger.store._sql import erasure as _erasure
+from chatledger.store._sql import retention as _retention
+from chatledger.store._sql.ops import Op
+from chatledger.store._sql.retention import RetentionPlan, RetentionPolicy
 
 if TYPE_CHECKING:
-    from store._ops import Operations
+    from chatledger.store._ops import Operations
 
 __all__ = ["RetentionReport", "SubjectOutcome", "export_path", "run_retention"]
 

@@ -31,11 +31,11 @@ from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from store._crypto import NO_KEY, PLAIN, Seal, Sealer, opened, sealed_key_ids
-from store._errors import EncryptionError, ErasedError
-from store._sql import keys as _keys
-from store._sql.ops import Op, Sealing
-from store.ids import new_id
+from chatledger.store._crypto import NO_KEY, PLAIN, Seal, Sealer, opened, sealed_key_ids
+from chatledger.store._errors import EncryptionError, ErasedError
+from chatledger.store._sql import keys as _keys
+from chatledger.store._sql.ops import Op, Sealing
+from chatledger.store.ids import new_id
 
 __all__ = ["Blocking", "Program", "adrive", "drive", "needs_opening", "opening", "preparing"]
 

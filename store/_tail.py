@@ -18,14 +18,14 @@ from typing import Any, Protocol
 
 from sqlalchemy.engine import Connection
 
-from store._checks import check_id
-from store._errors import InvalidInputError
-from store._sql import audit as _audit
-from store._sql.dialect import is_sqlite, settled_position
-from store._sql.ops import Op
-from store._sql.pages import Page, check_cursor, check_limit, position
-from store._sql.tail import AsyncPostgresWaiter, SqliteWaiter
-from store._values import Event
+from chatledger.store._checks import check_id
+from chatledger.store._errors import InvalidInputError
+from chatledger.store._sql import audit as _audit
+from chatledger.store._sql.dialect import is_sqlite, settled_position
+from chatledger.store._sql.ops import Op
+from chatledger.store._sql.pages import Page, check_cursor, check_limit, position
+from chatledger.store._sql.tail import AsyncPostgresWaiter, SqliteWaiter
+from chatledger.store._values import Event
 
 __all__ = ["TailSettings", "async_tail", "tail", "tail_op"]
 

@@ -14,8 +14,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from store._errors import InvalidInputError
-from store.messages import Message, TextPart, ThinkingPart, UrlPart
+from chatledger.store._errors import InvalidInputError
+from chatledger.store.messages import Message, TextPart, ThinkingPart, UrlPart
 
 __all__ = ["approximate_tokens", "tiktoken_counter"]
 

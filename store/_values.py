@@ -10,8 +10,8 @@ from typing import Annotated, Any, Literal
 from pydantic import ConfigDict, Field, PlainSerializer
 from pydantic.alias_generators import to_camel
 
-from store.history import HistoryRepair
-from store.messages import Message, Usage, dump_message, load_message
+from chatledger.store.history import HistoryRepair
+from chatledger.store.messages import Message, Usage, dump_message, load_message
 
 __all__ = [
     "VALUE_CONFIG",

@@ -30,11 +30,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from store import _repair
-from store._errors import HistoryError, InvalidInputError
-from store._tokens import approximate_tokens, tiktoken_counter
-from store.ids import new_id
-from store.messages import Message, ToolCall, UrlPart
+from chatledger.store import _repair
+from chatledger.store._errors import HistoryError, InvalidInputError
+from chatledger.store._tokens import approximate_tokens, tiktoken_counter
+from chatledger.store.ids import new_id
+from chatledger.store.messages import Message, ToolCall, UrlPart
 
 __all__ = [
     "HistoryProcessor",

@@ -34,8 +34,8 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from store._checks import json_text
-from store._errors import InvalidInputError
+from chatledger.store._checks import json_text
+from chatledger.store._errors import InvalidInputError
 
 __all__ = [
     "DataPart",

@@ -25,7 +25,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql
 
-from store._sql.dialect import InsertingTransaction
+from chatledger.store._sql.dialect import InsertingTransaction
 
 __all__ = [
     "branches",

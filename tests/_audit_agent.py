@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine import Agent, ModelRequest
-from engine.providers import (
+from chatledger.engine import Agent, ModelRequest
+from chatledger.engine.providers import (
     AnthropicModel,
     DeltaCallback,
     Model,
@@ -20,7 +20,7 @@ from engine.providers import (
     PreparedRequest,
     ScriptedModel,
 )
-from store import Message, ToolCall
+from chatledger.store import Message, ToolCall
 from tests.agent.helpers import results_since_prompt, weather
 
 INSTRUCTIONS = "Answer briefly."

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from store import Message, Store
+from chatledger.store import Message, Store
 
 
 def append(

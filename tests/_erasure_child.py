@@ -13,7 +13,7 @@ import sys
 
 import sqlalchemy as sa
 
-from store import Store
+from chatledger.store import Store
 
 
 def main() -> None:

@@ -14,7 +14,7 @@ from datetime import datetime
 
 import sqlalchemy as sa
 
-from store import Store
+from chatledger.store import Store
 
 
 def main() -> None:

@@ -38,8 +38,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from store import Message, Store
-from store._sql.dialect import WRITE  # private: marks a transaction BEGIN IMMEDIATE on SQLite
+from chatledger.store import Message, Store
+from chatledger.store._sql.dialect import (
+    WRITE,  # private: marks a transaction BEGIN IMMEDIATE on SQLite
+)
 
 # A page holds at most this many events, so a backlog takes several pages.
 PAGE_LIMIT = 16

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from store import ConflictError, Ledger, Message, Store
+from chatledger.store import ConflictError, Ledger, Message, Store
 
 
 def write_until(

@@ -26,7 +26,7 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from store import Ledger, Store
+from chatledger.store import Ledger, Store
 
 DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 BACKENDS = ["sqlite", "postgres"]

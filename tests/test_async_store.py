@@ -9,7 +9,7 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from store import (
+from chatledger.store import (
     AsyncLedger,
     AsyncStore,
     ConflictError,
@@ -20,7 +20,7 @@ from store import (
     Store,
     Verification,
 )
-from store.schema import view_entries
+from chatledger.store.schema import view_entries
 from tests.conftest import _libpq
 from tests.test_store_faults import waiting_for_lock
 

@@ -16,10 +16,18 @@ from typing import Any, TypeVar
 import pytest
 import sqlalchemy as sa
 
-from engine import Agent, Canceled, Hit, RunError, rebuild_request, rebuild_request_async, tool
-from engine.audit import check_request
-from engine.providers import ScriptedModel
-from store import (
+from chatledger.engine import (
+    Agent,
+    Canceled,
+    Hit,
+    RunError,
+    rebuild_request,
+    rebuild_request_async,
+    tool,
+)
+from chatledger.engine.audit import check_request
+from chatledger.engine.providers import ScriptedModel
+from chatledger.store import (
     AsyncStore,
     Event,
     InvalidInputError,
@@ -35,10 +43,10 @@ from store import (
     ToolCall,
     trim_history,
 )
-from store._sql import append as _append
-from store._sql import log as _log
-from store.ids import new_id
-from store.schema import events, metadata
+from chatledger.store._sql import append as _append
+from chatledger.store._sql import log as _log
+from chatledger.store.ids import new_id
+from chatledger.store.schema import events, metadata
 from tests import _audit_writer
 from tests._audit_agent import INSTRUCTIONS, wrapped_agent
 from tests._audit_agent import agent as cli_agent
@@ -576,7 +584,7 @@ def test_documented_query_runs_on_an_index_and_returns_the_librarys_rows(
 
 # -- the command ----------------------------------------------------------------------------
 
-EXE = [sys.executable, "-m", "engine.cli", "audit"]
+EXE = [sys.executable, "-m", "chatledger", "audit"]
 
 
 def chatledger_audit(url: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from store import (
+from chatledger.store import (
     ChatledgerError,
     ConflictError,
     InvalidInputError,
@@ -33,8 +33,8 @@ from store import (
     ToolCall,
     _checks,
 )
-from store.ids import new_id
-from store.schema import branches, conversations, events, runs, view_entries
+from chatledger.store.ids import new_id
+from chatledger.store.schema import branches, conversations, events, runs, view_entries
 
 
 def user(text: str) -> Message:

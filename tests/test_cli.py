@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from store import Message, Store
+from chatledger.store import Message, Store
 
-EXE = [sys.executable, "-m", "engine.cli"]
+EXE = [sys.executable, "-m", "chatledger"]
 
 
 def chatledger(
@@ -130,7 +130,7 @@ def test_the_demo_ends_with_commands_that_show_what_it_wrote(
 def test_version_loads_no_database_or_http_code() -> None:
     code = (
         "import sys\n"
-        "from engine.cli import main\n"
+        "from chatledger.engine.cli import main\n"
         "try:\n"
         "    main(['--version'])\n"
         "except SystemExit:\n"
@@ -143,11 +143,35 @@ def test_version_loads_no_database_or_http_code() -> None:
     version, modules = result.stdout.splitlines()
     assert version.startswith("chatledger ")
     loaded = {name.partition(".")[0] for name in modules.split()}
-    assert not loaded & {"sqlalchemy", "psycopg", "alembic", "httpx"}
+    # pydantic too: `--version` should answer as fast as the interpreter starts.
+    assert not loaded & {"sqlalchemy", "psycopg", "alembic", "httpx", "pydantic"}
+
+
+def test_import_chatledger_loads_none_of_its_subpackages() -> None:
+    code = (
+        "import sys, chatledger\n"
+        "assert chatledger.__version__\n"
+        "print(' '.join(sorted(sys.modules)))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    loaded = set(result.stdout.split())
+    assert not {n for n in loaded if n.startswith("chatledger.")}
+    assert not {n.partition(".")[0] for n in loaded} & {"sqlalchemy", "pydantic", "httpx"}
+
+
+def test_the_shortcuts_of_the_root_package_are_the_subpackages_names() -> None:
+    import chatledger
+    from chatledger import engine, store
+
+    assert chatledger.Store is store.Store and chatledger.AsyncStore is store.AsyncStore
+    assert chatledger.Message is store.Message
+    assert chatledger.Agent is engine.Agent and chatledger.tool is engine.tool
 
 
 def test_every_command_names_a_handler_that_exists() -> None:
-    from engine._cli import _handler, _parser
+    from chatledger.engine._cli import _handler, _parser
 
     def leaves(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
         found = [parser] if parser.get_default("handler") else []
@@ -295,7 +319,7 @@ def test_an_empty_tenant_is_refused_not_taken_as_every_tenant(seeded: tuple[str,
 
 
 def test_the_demo_prints_no_password() -> None:
-    from engine._cli._demo import _hidden
+    from chatledger.engine._cli._demo import _hidden
 
     assert (
         _hidden("postgresql+psycopg://u:s3cret@h:5432/db") == "postgresql+psycopg://u:***@h:5432/db"

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from store import Message, Store
-from store._sql.pages import position
+from chatledger.store import Message, Store
+from chatledger.store._sql.pages import position
 from tests.test_cli import EXE, chatledger, one_line_error
 
 DEADLINE = 30.0

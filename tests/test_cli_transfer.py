@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from engine.cli import main
-from store import Store
+from chatledger.engine.cli import main
+from chatledger.store import Store
 from tests.test_transfer import (  # noqa: F401 (fixtures)
     build,
     fresh_database,

@@ -13,7 +13,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any
 
-from store import Ledger, Store
+from chatledger.store import Ledger, Store
 from tests._writers import process_writer, write_until
 
 WRITERS = 8

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from store import (
+from chatledger.store import (
     AsyncStore,
     ConflictError,
     InvalidInputError,
@@ -25,9 +25,9 @@ from store import (
     Message,
     Store,
 )
-from store._ops import Operations
-from store.ids import new_id
-from store.schema import branches, conversations, events, view_entries
+from chatledger.store._ops import Operations
+from chatledger.store.ids import new_id
+from chatledger.store.schema import branches, conversations, events, view_entries
 from tests.test_fast_paths import anonymized, counts, shape
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from store import AsyncStore, InvalidInputError, Store
-from store._sql.dialect import DEFAULT_URL, database_url, normalize_url
+from chatledger.store import AsyncStore, InvalidInputError, Store
+from chatledger.store._sql.dialect import DEFAULT_URL, database_url, normalize_url
 
 
 @pytest.mark.parametrize(

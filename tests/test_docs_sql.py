@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from store import (
+from chatledger.store import (
     ConflictError,
     Conversation,
     Ledger,
@@ -30,7 +30,7 @@ from store import (
     Store,
     ToolCall,
 )
-from store.messages import load_message
+from chatledger.store.messages import load_message
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "tables.md"
 

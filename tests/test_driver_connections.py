@@ -15,8 +15,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
-from store import EncryptionError
-from store._sql.dialect import DriverConnections, create_engine, cut_off, normalize_url
+from chatledger.store import EncryptionError
+from chatledger.store._sql.dialect import DriverConnections, create_engine, cut_off, normalize_url
 from tests.conftest import _libpq, postgres_admin_url
 
 

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from store import (
+from chatledger.store import (
     ConflictError,
     Conversation,
     EncryptionError,
@@ -32,7 +32,7 @@ from store import (
     ToolCall,
     new_id,
 )
-from store._crypto import ERASED_CONTENT, SEALED_PREFIX
+from chatledger.store._crypto import ERASED_CONTENT, SEALED_PREFIX
 from tests.test_audit import drain
 from tests.test_tail import settled
 from tests.test_verify import triggers_off
@@ -384,8 +384,8 @@ def test_another_tenants_subject_looks_missing(sealed_store: Store, sealed: Ledg
 def test_runs_on_sealed_conversations_rebuild_and_read_as_erased_everywhere(
     sealed: Ledger,
 ) -> None:
-    from engine import rebuild_request
-    from store import trim_history
+    from chatledger.engine import rebuild_request
+    from chatledger.store import trim_history
     from tests._audit_agent import wrapped_agent
 
     agent = wrapped_agent("anthropic", history_processor=trim_history(4))
@@ -550,8 +550,8 @@ def test_a_run_caught_by_an_erasure_still_ends(sealed: Ledger) -> None:
 def test_a_creation_prepared_under_a_key_that_is_then_erased_writes_nothing(
     sealed_store: Store, sealed: Ledger
 ) -> None:
-    from store._sealing import drive, preparing
-    from store._store import Operations
+    from chatledger.store._sealing import drive, preparing
+    from chatledger.store._store import Operations
 
     first = sealed.create_conversation(subject="racer")
     ops = Operations(sealed.tenant, sealed_store.message_cache, sealed_store._sealer)
@@ -581,7 +581,7 @@ def test_an_import_cannot_bring_ciphertext_under_another_subjects_key(
 ) -> None:
     import io
 
-    from store import ImportFileError
+    from chatledger.store import ImportFileError
 
     victim, attacker, mine, renamed = _victim_and_attackers_export(sealed_store, sealed)
     # Forge the file as an attacker can: fresh ids, no key record, the message's
@@ -601,7 +601,7 @@ def test_an_import_cannot_bring_ciphertext_in_a_message_field_or_in_metadata(
     # conversation's metadata.
     import io
 
-    from store import ImportFileError
+    from chatledger.store import ImportFileError
 
     victim, attacker, mine, renamed = _victim_and_attackers_export(sealed_store, sealed)
     stolen = _stored_payloads(sealed_store, victim.id)
@@ -654,7 +654,7 @@ def _forged_export(
     message's own payload when `metadata` alone is forged)."""
     import hashlib
 
-    from store._sql import chain as _chain
+    from chatledger.store._sql import chain as _chain
 
     stolen: str | None = next(p for k, p in victim if k == "message.recorded")
     if embed:
@@ -696,7 +696,7 @@ def _forged_export(
 
 
 def test_a_resumed_run_of_an_erased_conversation_is_erased_with_it(sealed: Ledger) -> None:
-    from engine import RunError
+    from chatledger.engine import RunError
     from tests._audit_agent import wrapped_agent
 
     with pytest.raises(RunError) as failed:
@@ -749,7 +749,7 @@ def test_a_seal_read_in_a_rolled_back_transaction_is_not_kept_for_later_writes(
     This store's next append must seal under the key that exists, not the one
     it read inside the rolled-back transaction: else what it acknowledged
     reads back as erased."""
-    from store._store import Operations
+    from chatledger.store._store import Operations
 
     cid = new_id()
     ops = Operations(sealed.tenant, sealed_store.message_cache, sealed_store._sealer)

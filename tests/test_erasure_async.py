@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-import store._retention
-from store import AsyncStore, LocalKek, Message, new_id
-from store._crypto import DataKey
+import chatledger.store._retention as retention_module
+from chatledger.store import AsyncStore, LocalKek, Message, new_id
+from chatledger.store._crypto import DataKey
 
 KEK = bytes(range(160, 192))
 
@@ -112,7 +112,7 @@ async def test_an_async_retention_pass_writes_and_syncs_its_exports_off_the_loop
         synced.append(threading.get_ident())
         real_fsync(fd)
 
-    monkeypatch.setattr(store._retention.os, "fsync", recording_fsync)
+    monkeypatch.setattr(retention_module.os, "fsync", recording_fsync)
     async with AsyncStore.open(database_url, kek=KEK) as sealed:
         ledger = sealed.tenant(f"t-{uuid.uuid4().hex[:8]}")
         conv = await ledger.create_conversation(subject="person")
@@ -162,7 +162,7 @@ async def test_a_seal_read_in_a_rolled_back_transaction_is_not_kept_by_the_async
 ) -> None:
     """As the synchronous test in test_erasure.py: a seal read inside a caller's
     transaction that rolls back is not used by the store's later writes."""
-    from store._store import Operations
+    from chatledger.store._store import Operations
 
     tenant, cid = f"t-{uuid.uuid4().hex[:8]}", new_id()
     async with AsyncStore.open(database_url, fast_paths=fast_paths, kek=KEK) as sealed_store:

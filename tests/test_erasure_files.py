@@ -23,10 +23,10 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from engine.cli import main
-from store import EncryptionError, ErasedError, Message, Store
-from store._crypto import ERASED_CONTENT
-from store._sql import migrate as _migrate
+from chatledger.engine.cli import main
+from chatledger.store import EncryptionError, ErasedError, Message, Store
+from chatledger.store._crypto import ERASED_CONTENT
+from chatledger.store._sql import migrate as _migrate
 from tests.conftest import _libpq, kill_when_paused
 from tests.test_upgrade import written_at_0002  # noqa: F401 (a fixture)
 

@@ -15,8 +15,8 @@ import json
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from hypothesis import given, settings
 
-from store import _repair
-from store._crypto import (
+from chatledger.store import _repair
+from chatledger.store._crypto import (
     ERASED_CONTENT,
     DataKey,
     Seal,
@@ -25,8 +25,8 @@ from store._crypto import (
     key_ids_of,
     opened,
 )
-from store._values import NewEvent
-from store.messages import Message, dump_message, load_messages
+from chatledger.store._values import NewEvent
+from chatledger.store.messages import Message, dump_message, load_messages
 from tests.test_history_properties import histories
 
 KEY = DataKey("01a22f00-0000-7000-8000-000000000001", AESGCM(bytes(32)))

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from store import AsyncAudit, AsyncLedger, AsyncStore, Audit, Ledger, Store
+from chatledger.store import AsyncAudit, AsyncLedger, AsyncStore, Audit, Ledger, Store
 
 PAIRS = [(Store, AsyncStore), (Ledger, AsyncLedger), (Audit, AsyncAudit)]
 

@@ -19,7 +19,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from store import (
+from chatledger.store import (
     AsyncStore,
     ConflictError,
     Conversation,
@@ -29,9 +29,9 @@ from store import (
     Message,
     Store,
 )
-from store._sql.tail import NOTIFIER_THREAD
-from store.ids import is_id, new_id
-from store.schema import branches, conversations, events, view_entries
+from chatledger.store._sql.tail import NOTIFIER_THREAD
+from chatledger.store.ids import is_id, new_id
+from chatledger.store.schema import branches, conversations, events, view_entries
 
 
 @contextmanager

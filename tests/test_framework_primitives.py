@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from store import (
+from chatledger.store import (
     AsyncStore,
     ConflictError,
     InvalidInputError,
@@ -25,8 +25,8 @@ from store import (
     Position,
     Store,
 )
-from store.ids import new_id
-from store.schema import branches, conversations, event_ids, events, runs, view_entries
+from chatledger.store.ids import new_id
+from chatledger.store.schema import branches, conversations, event_ids, events, runs, view_entries
 
 
 def user(text: str) -> Message:
@@ -393,7 +393,7 @@ def test_a_turn_after_the_tip_of_the_heads_branch_keeps_the_view_whole(
 ) -> None:
     """The head's branch may run past the head (a failed run's partial); a turn after
     its tip takes those messages into the history, and the view shows them."""
-    from store import NewEvent
+    from chatledger.store import NewEvent
 
     conv = ledger.create_conversation()
     ledger.append_messages(conv.id, turn("hi"))

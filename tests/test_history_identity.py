@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from store import InvalidInputError, Message, from_pairs, resolve_conversation_id
+from chatledger.store import InvalidInputError, Message, from_pairs, resolve_conversation_id
 
 
 def said(conversation_id: str | None, role: str = "user") -> Message:

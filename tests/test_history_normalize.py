@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from store import HistoryRepair, Message, ToolCall, _repair, normalize_history
+from chatledger.store import HistoryRepair, Message, ToolCall, _repair, normalize_history
 
 NO_RESULT = (
     "No result was recorded for this tool call; it may not have run. "

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from store import (
+from chatledger.store import (
     DataPart,
     HistoryError,
     HistoryRepair,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from store import (
+from chatledger.store import (
     DataPart,
     HistoryRepair,
     Message,

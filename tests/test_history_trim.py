@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from store import (
+from chatledger.store import (
     DataPart,
     HistoryError,
     InvalidInputError,
@@ -19,7 +19,7 @@ from store import (
     budget_history,
     trim_history,
 )
-from store.history import approximate_tokens, tiktoken_counter
+from chatledger.store.history import approximate_tokens, tiktoken_counter
 
 
 def user(text: str = "question") -> Message:

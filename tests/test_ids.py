@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from store.ids import is_id, new_id
+from chatledger.store.ids import is_id, new_id
 
 
 def test_new_id_is_a_uuid7_string() -> None:

@@ -16,6 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("store", "engine", "adapters", "service")
+FOLDERS = (*PACKAGES, "migrations")
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 
 
@@ -37,16 +38,17 @@ def imports_of(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
     targets: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
-            targets.update(alias.name for alias in node.names)
+            targets.update(alias.name.removeprefix("chatledger.") for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
+            base = "" if base == "chatledger" else base.removeprefix("chatledger.")
             if node.level:
                 anchor = package.split(".")
                 anchor = anchor[: len(anchor) - (node.level - 1)]
                 base = ".".join([*anchor, base] if base else anchor)
             for alias in node.names:
                 # `from a.b import c`: the module a.b.c when it is one, else a.b.
-                submodule = f"{base}.{alias.name}"
+                submodule = f"{base}.{alias.name}" if base else alias.name
                 targets.add(submodule if submodule in modules else base)
     return {t for t in targets if t in modules and t != name}
 
@@ -89,6 +91,36 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         if node not in index:
             visit(node)
     return found
+
+
+def bare_imports(path: Path) -> list[str]:
+    """The imports in `path` that name a package folder as a top-level module."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        else:
+            continue
+        found += [f"{path.relative_to(ROOT)}:{node.lineno}: {n}" for n in names if n.split(".")[0] in FOLDERS]
+    return found
+
+
+def test_nothing_imports_a_folder_by_its_bare_name() -> None:
+    """`store`, `engine` and the rest install as `chatledger.*` only (docs/adr/0031).
+
+    A bare `import store` still resolves under pytest, which puts the
+    repository root on `sys.path`: the same files would load twice, under two
+    names, with two `ConflictError` classes.
+    """
+    files = [
+        path
+        for folder in (*FOLDERS, "chatledger", "tests", "bench")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+    ]
+    found = [line for path in files for line in bare_imports(path)]
+    assert not found, "bare imports: " + "; ".join(found)
 
 
 def test_the_walk_sees_function_level_and_type_checking_imports() -> None:

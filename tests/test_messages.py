@@ -9,7 +9,7 @@ from typing import Any
 import pydantic
 import pytest
 
-from store import (
+from chatledger.store import (
     DataPart,
     InvalidInputError,
     Message,
@@ -20,7 +20,7 @@ from store import (
     UrlPart,
     Usage,
 )
-from store.messages import dump_message, load_message, load_messages
+from chatledger.store.messages import dump_message, load_message, load_messages
 
 
 def round_trip(message: Message) -> tuple[str, Message]:

@@ -18,10 +18,10 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-import store._async
-from store import AsyncStore, EncryptionError, Message
-from store._sql.dialect import normalize_url
-from store._sql.native import AsyncDriverConnections, await_only
+import chatledger.store._async as async_face
+from chatledger.store import AsyncStore, EncryptionError, Message
+from chatledger.store._sql.dialect import normalize_url
+from chatledger.store._sql.native import AsyncDriverConnections, await_only
 from tests.conftest import _libpq, postgres_admin_url
 from tests.test_driver_connections import end_session
 
@@ -224,7 +224,7 @@ async def test_the_async_chat_loop_on_postgres_makes_no_thread_hop(
         hops.append(getattr(fn, "__qualname__", repr(fn)))
         return await real(fn, *args, **kwargs)
 
-    monkeypatch.setattr(store._async.asyncio, "to_thread", counting)
+    monkeypatch.setattr(async_face.asyncio, "to_thread", counting)
     async with AsyncStore.open(postgres_url) as fast:
         ledger = fast.tenant(f"native-{uuid.uuid4().hex[:8]}")
         conv = await ledger.create_conversation()

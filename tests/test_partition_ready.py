@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from store import InvalidInputError, Message, NewEvent, SchemaError, Store, new_id
-from store._sql import migrate as _migrate
-from store._sql import projector
-from store.messages import dump_message
-from store.schema import events
+from chatledger.store import InvalidInputError, Message, NewEvent, SchemaError, Store, new_id
+from chatledger.store._sql import migrate as _migrate
+from chatledger.store._sql import projector
+from chatledger.store.messages import dump_message
+from chatledger.store.schema import events
 from tests.conftest import create_postgres_database, drop_postgres_database
 from tests.test_upgrade import load_postgres_fixture
 

@@ -9,9 +9,9 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from store import ChatledgerError, Message, NewEvent, RunCursor, Store
-from store._sql import projector
-from store.schema import conversations, view_entries
+from chatledger.store import ChatledgerError, Message, NewEvent, RunCursor, Store
+from chatledger.store._sql import projector
+from chatledger.store.schema import conversations, view_entries
 
 OPS = st.lists(
     st.tuples(

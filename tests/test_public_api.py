@@ -8,12 +8,11 @@ import types
 
 import pytest
 
-import engine
-import service
-import store
+import chatledger
+from chatledger import engine, service, store
 
 
-@pytest.mark.parametrize("package", [store, engine, service])
+@pytest.mark.parametrize("package", [chatledger, store, engine, service])
 def test_all_is_sorted_and_complete(package: types.ModuleType) -> None:
     exported = list(package.__all__)
     assert exported == sorted(exported)
@@ -40,9 +39,9 @@ def test_every_public_error_is_a_chatledger_error() -> None:
 
 
 def test_submodules_are_package_attributes_without_their_own_import() -> None:
-    """`import store; store.schema.metadata` works as before the names became lazy."""
+    """`store.schema.metadata` works without importing `store.schema` first."""
     code = (
-        "import store, engine\n"
+        "from chatledger import engine, store\n"
         "assert store.schema.metadata.tables\n"
         "assert engine.providers.ScriptedModel and engine.agent.Agent\n"
         "try:\n"

@@ -35,8 +35,17 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from store import AsyncStore, Event, InvalidInputError, Message, NewEvent, Page, Store, Verification
-from store._crypto import ERASED_CONTENT
+from chatledger.store import (
+    AsyncStore,
+    Event,
+    InvalidInputError,
+    Message,
+    NewEvent,
+    Page,
+    Store,
+    Verification,
+)
+from chatledger.store._crypto import ERASED_CONTENT
 
 
 def _pg_bin() -> Path:
@@ -531,7 +540,7 @@ def test_the_ask_service_on_a_primary_and_its_replica(cluster: Cluster) -> None:
     run's writes while the replica replays nothing."""
     import httpx
 
-    from service import ApiKeys, create_app
+    from chatledger.service import ApiKeys, create_app
     from tests.service.agents import weather_agent
     from tests.service.conftest import Server
 
@@ -557,10 +566,10 @@ def test_the_ask_service_on_a_primary_and_its_replica(cluster: Cluster) -> None:
 
 
 def test_replicas_go_with_a_url_not_an_open_store(tmp_path: Path) -> None:
-    from engine import Agent
-    from engine.providers.scripted import ScriptedModel
-    from service import ApiKeys, create_app
-    from store import AsyncStore
+    from chatledger.engine import Agent
+    from chatledger.engine.providers.scripted import ScriptedModel
+    from chatledger.service import ApiKeys, create_app
+    from chatledger.store import AsyncStore
 
     store = AsyncStore.open(f"sqlite:///{tmp_path / 'x.db'}")
     with pytest.raises(InvalidInputError, match="replicas= goes with a database URL"):

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.cli import main
-from store import ErasedError, InvalidInputError, Ledger, Message, Store
-from store._crypto import ERASED_CONTENT
-from store._retention import export_path
+from chatledger.engine.cli import main
+from chatledger.store import ErasedError, InvalidInputError, Ledger, Message, Store
+from chatledger.store._crypto import ERASED_CONTENT
+from chatledger.store._retention import export_path
 from tests.conftest import kill_when_paused
 
 KEK = bytes(range(96, 128))
@@ -185,8 +185,8 @@ def test_the_cli_sets_shows_and_runs_retention(
 
 
 def test_a_subject_written_to_after_the_plan_is_kept(sealed_store: Store, ledger: Ledger) -> None:
-    from store._sql.erasure import erase_if_idle
-    from store._sql.ops import Op
+    from chatledger.store._sql.erasure import erase_if_idle
+    from chatledger.store._sql.ops import Op
 
     old = _conversation(ledger, subject="person")
     cutoff = _last(ledger, old) + timedelta(microseconds=1)

@@ -7,7 +7,7 @@ import threading
 import pytest
 import sqlalchemy as sa
 
-from store import (
+from chatledger.store import (
     ConflictError,
     LeaseError,
     Ledger,
@@ -19,7 +19,7 @@ from store import (
     StorageError,
     Store,
 )
-from store.schema import events, view_entries
+from chatledger.store.schema import events, view_entries
 
 
 def user(text: str) -> Message:

@@ -9,9 +9,9 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
-from store import Ledger, Message, SchemaError, StorageError, Store
-from store._sql import migrate as _migrate
-from store.schema import metadata
+from chatledger.store import Ledger, Message, SchemaError, StorageError, Store
+from chatledger.store._sql import migrate as _migrate
+from chatledger.store.schema import metadata
 
 # A hash partition of a table (store/_sql/partitions.py), as migrations/env.py skips it.
 PARTITION = re.compile(r"chatledger_\w+_p\d+")
@@ -96,6 +96,6 @@ def test_unmigrated_database_gives_a_schema_error(empty_url: str) -> None:
 
 
 def test_storage_error_is_a_chatledger_error() -> None:
-    from store import ChatledgerError
+    from chatledger.store import ChatledgerError
 
     assert issubclass(StorageError, ChatledgerError)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from store import (
+from chatledger.store import (
     ConflictError,
     InvalidInputError,
     Ledger,
@@ -14,7 +14,7 @@ from store import (
     Store,
     ToolCall,
 )
-from store._ops import Operations
+from chatledger.store._ops import Operations
 
 
 def user(text: str) -> Message:

@@ -23,7 +23,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from store import Ledger, Message, StorageError, Store
+from chatledger.store import Ledger, Message, StorageError, Store
 from tests.conftest import _libpq, create_postgres_database, drop_postgres_database
 
 Operation = Callable[[Ledger, str], Any]

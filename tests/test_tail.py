@@ -22,7 +22,7 @@ from collections.abc import Iterator
 import pytest
 import sqlalchemy as sa
 
-from store import (
+from chatledger.store import (
     AsyncStore,
     Event,
     InvalidInputError,
@@ -34,7 +34,7 @@ from store import (
     Store,
     _tail,
 )
-from store._sql.pages import position
+from chatledger.store._sql.pages import position
 from tests.test_audit import append_in, postgres_only
 
 DEADLINE = 30.0  # far beyond any wake-up; a follower idles for longer (IDLE)

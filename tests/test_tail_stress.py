@@ -45,7 +45,7 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from store import Store
+from chatledger.store import Store
 from tests._tail_procs import create_sink
 
 T = TypeVar("T")

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from store import (
+from chatledger.store import (
     ConflictError,
     Ledger,
     Message,
@@ -28,8 +28,8 @@ from store import (
     RunCursor,
     Store,
 )
-from store.ids import new_id
-from store.schema import branches, conversations, event_ids, events, runs, view_entries
+from chatledger.store.ids import new_id
+from chatledger.store.schema import branches, conversations, event_ids, events, runs, view_entries
 
 
 def user(text: str) -> Message:

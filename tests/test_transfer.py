@@ -24,7 +24,7 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from store import (
+from chatledger.store import (
     AsyncStore,
     EncryptionError,
     ImportFileError,
@@ -37,7 +37,7 @@ from store import (
     Store,
     ToolCall,
 )
-from store.schema import metadata as tables
+from chatledger.store.schema import metadata as tables
 from tests.conftest import (
     _libpq,
     create_postgres_database,

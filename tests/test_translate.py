@@ -19,11 +19,19 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from store import AsyncStore, InvalidInputError, Ledger, Message, SchemaError, StorageError, Store
-from store._sql.ops import Op
-from store._sql.translate import unique_violation
-from store.ids import new_id
-from store.schema import branches, conversations
+from chatledger.store import (
+    AsyncStore,
+    InvalidInputError,
+    Ledger,
+    Message,
+    SchemaError,
+    StorageError,
+    Store,
+)
+from chatledger.store._sql.ops import Op
+from chatledger.store._sql.translate import unique_violation
+from chatledger.store.ids import new_id
+from chatledger.store.schema import branches, conversations
 from tests.conftest import postgres_admin_url
 
 

@@ -19,9 +19,9 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from store import ConflictError, Message, NotFoundError, Store, new_id
-from store._sql import migrate as _migrate
-from store.messages import dump_message
+from chatledger.store import ConflictError, Message, NotFoundError, Store, new_id
+from chatledger.store._sql import migrate as _migrate
+from chatledger.store.messages import dump_message
 from tests.conftest import _libpq, create_postgres_database, drop_postgres_database
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from store import (
+from chatledger.store import (
     Event,
     InvalidInputError,
     Ledger,
@@ -20,9 +20,9 @@ from store import (
     Recompute,
     Store,
 )
-from store._sql import chain as _chain
-from store.ids import new_id
-from store.schema import events, runs
+from chatledger.store._sql import chain as _chain
+from chatledger.store.ids import new_id
+from chatledger.store.schema import events, runs
 from tests.conftest import create_postgres_database, drop_postgres_database
 
 
@@ -268,7 +268,7 @@ def test_the_verify_command_names_the_tampered_event(
         [
             sys.executable,
             "-m",
-            "engine.cli",
+            "chatledger",
             "verify",
             "--tenant",
             ledger.tenant,
@@ -286,7 +286,7 @@ def test_the_verify_command_names_the_tampered_event(
 
 
 async def test_async_verify(database_url: str) -> None:
-    from store import AsyncStore
+    from chatledger.store import AsyncStore
 
     async with AsyncStore.open(database_url) as store:
         ledger = store.tenant("async-verify")

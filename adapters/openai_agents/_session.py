@@ -21,8 +21,9 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from adapters.openai_agents._translate import from_messages, item_count, to_messages
-from store import AsyncLedger, ConflictError, Entry, NotFoundError, Position
+from chatledger.adapters._handles import require_async_ledger
+from chatledger.adapters.openai_agents._translate import from_messages, item_count, to_messages
+from chatledger.store import AsyncLedger, ConflictError, Entry, NotFoundError, Position
 
 if TYPE_CHECKING:
     from agents.memory.session_settings import SessionSettings
@@ -60,7 +61,7 @@ class ChatledgerSession:
     ) -> None:
         self.session_id = session_id
         self.session_settings = session_settings
-        self.ledger = ledger
+        self.ledger = require_async_ledger(ledger, type(self).__name__)
         self._tenant = tenant
         self._ids: dict[str, str] = {}  # tenant -> chatledger conversation id
         # (tenant, run) -> the head position this run last saw or left: a run's

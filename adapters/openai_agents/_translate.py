@@ -82,9 +82,9 @@ import mimetypes
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, TypeAlias
 
-from store import InvalidInputError
-from store._checks import json_text
-from store.messages import (
+from chatledger.store import InvalidInputError
+from chatledger.store._checks import json_text
+from chatledger.store.messages import (
     DataPart,
     Message,
     Part,

@@ -40,8 +40,14 @@ from pydantic_ai.conversation_store import (
 )
 from pydantic_ai.run import AgentRunResult
 
-from adapters.pydantic_ai._translate import from_messages, group_sizes, group_start, to_messages
-from store import (
+from chatledger.adapters._handles import require_async_ledger
+from chatledger.adapters.pydantic_ai._translate import (
+    from_messages,
+    group_sizes,
+    group_start,
+    to_messages,
+)
+from chatledger.store import (
     AsyncLedger,
     ConflictError,
     Conversation,
@@ -99,7 +105,7 @@ class LedgerConversationStore(ConversationStore):
     """
 
     def __init__(self, ledger: AsyncLedger) -> None:
-        self.ledger = ledger
+        self.ledger = require_async_ledger(ledger, type(self).__name__)
         self._seen: OrderedDict[str, _Seen] = OrderedDict()
 
     async def save(

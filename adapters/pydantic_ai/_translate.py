@@ -63,8 +63,8 @@ import pydantic
 import pydantic_core
 from pydantic_ai import messages as pai
 
-from store import InvalidInputError
-from store.messages import (
+from chatledger.store import InvalidInputError
+from chatledger.store.messages import (
     DataPart,
     Message,
     Part,

@@ -22,8 +22,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from engine._cli._common import DEFAULT_TENANT, EXIT_ERROR
-from store import ChatledgerError, __version__
+from chatledger import __version__
+from chatledger.engine._cli._common import DEFAULT_TENANT, EXIT_ERROR
+from chatledger.store._errors import ChatledgerError
 
 __all__ = ["main"]
 

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, TypeVar
 
-from engine._cli._common import (
+from chatledger.engine._cli._common import (
     UsageError,
     load_agent,
     message_line,
@@ -33,8 +33,16 @@ from engine._cli._common import (
     print_table,
     to_json,
 )
-from store import Audit, Event, Lineage, Page, RecordedRequest, TimelineEntry, ToolExecution
-from store.messages import load_message
+from chatledger.store import (
+    Audit,
+    Event,
+    Lineage,
+    Page,
+    RecordedRequest,
+    TimelineEntry,
+    ToolExecution,
+)
+from chatledger.store.messages import load_message
 
 T = TypeVar("T")
 
@@ -74,7 +82,7 @@ def request(args: argparse.Namespace) -> int:
             )
             out = to_json(recorded, RecordedRequest)
         else:
-            from engine.audit import rebuild_request
+            from chatledger.engine.audit import rebuild_request
 
             agent = load_agent(args.agent)
             check = rebuild_request(ledger, args.run, args.number, agent, instructions=instructions)

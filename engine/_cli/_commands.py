@@ -10,7 +10,7 @@ import os
 import sys
 from datetime import datetime
 
-from engine._cli._common import (
+from chatledger.engine._cli._common import (
     DEFAULT_TENANT,
     EXIT_ERROR,
     UsageError,
@@ -23,7 +23,7 @@ from engine._cli._common import (
     to_json,
     where,
 )
-from store import Run, Verification
+from chatledger.store import Run, Verification
 
 # `runs --json` prints a summary under these short keys, which scripts read; a
 # `Run` keeps its own camelCase field names (the values) like every other value.
@@ -48,7 +48,7 @@ def migrate(args: argparse.Namespace) -> int:
 
 
 def demo(args: argparse.Namespace) -> int:
-    from engine._cli._demo import demo as run_demo
+    from chatledger.engine._cli._demo import demo as run_demo
 
     # The follow-up commands the demo prints name the database only when a
     # command without --database-url would look elsewhere.
@@ -107,7 +107,7 @@ def fork(args: argparse.Namespace) -> int:
 
 
 def resume(args: argparse.Namespace) -> int:
-    from engine.resume import ResumeWorker
+    from chatledger.engine.resume import ResumeWorker
 
     agent = load_agent(args.agent)
     with open_store(args) as store:
@@ -196,8 +196,8 @@ def chat(args: argparse.Namespace) -> int:
             "chat needs an OpenAI-compatible endpoint: set OPENAI_API_KEY (and optionally "
             "OPENAI_BASE_URL for a compatible server such as vLLM or Ollama), then run it again."
         )
-    from engine.agent import Agent
-    from engine.providers.openai import OpenAIChatModel
+    from chatledger.engine.agent import Agent
+    from chatledger.engine.providers.openai import OpenAIChatModel
 
     agent = Agent(OpenAIChatModel(args.model))
     conversation = args.conversation

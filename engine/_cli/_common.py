@@ -18,13 +18,13 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from store import ChatledgerError, Message
+from chatledger.store._errors import ChatledgerError
 
 if TYPE_CHECKING:
     from pydantic import TypeAdapter
 
-    from engine.agent import Agent
-    from store import Store
+    from chatledger.engine.agent import Agent
+    from chatledger.store import Message, Store
 
 __all__ = [
     "DEFAULT_TENANT",
@@ -69,7 +69,7 @@ class UsageError(ChatledgerError):
 
 def open_store(args: argparse.Namespace, *, check: bool = True) -> Store:
     """The store at `--database-url`; with `check`, refuse one that is not migrated."""
-    from store import Store  # SQLAlchemy and the drivers: only once a command runs
+    from chatledger.store import Store  # SQLAlchemy and the drivers: only once a command runs
 
     store = Store.open(args.database_url)
     if check:
@@ -83,24 +83,48 @@ def where(store: Store) -> str:
 
 
 def load_agent(spec: str) -> Agent:
-    """The `engine.Agent` that `--agent module:attribute` names."""
-    from engine.agent import Agent
+    """The `Agent` that `--agent module:attribute` names.
+
+    The module is looked up in the current directory first, then among the
+    installed packages, as uvicorn and gunicorn look up an application.
+    """
+    from chatledger.engine.agent import Agent
 
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise UsageError(
             f"--agent takes module:attribute (e.g. myapp.agents:support), not {spec!r}."
         )
+    here = os.getcwd()
+    if here not in sys.path:
+        sys.path.insert(0, here)
     try:
         module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise UsageError(f"Cannot import {module_name!r} for --agent: {error}.") from error
+    except ModuleNotFoundError as error:
+        if error.name is not None and f"{module_name}.".startswith(f"{error.name}."):
+            raise UsageError(
+                f"Cannot import {module_name!r} for --agent: there is no module {error.name!r} "
+                f"in the current directory ({here}) or among the installed packages. Run the "
+                "command from the directory that holds it, or install it."
+            ) from None
+        raise UsageError(
+            f"Module {module_name!r} for --agent was found, but importing it failed: {error}. "
+            "Install what it needs."
+        ) from error
+    except Exception as error:
+        raise UsageError(
+            f"Module {module_name!r} for --agent was found, but importing it failed: "
+            f"{type(error).__name__}: {error}. Fix the module and try again."
+        ) from error
     try:
         agent = getattr(module, attribute)
     except AttributeError:
-        raise UsageError(f"Module {module_name!r} has no attribute {attribute!r}.") from None
+        raise UsageError(
+            f"Module {module_name!r} ({module.__file__}) has no attribute {attribute!r}; "
+            "--agent takes module:attribute, the attribute being the Agent."
+        ) from None
     if not isinstance(agent, Agent):
-        raise UsageError(f"{spec} is a {type(agent).__name__}, not an engine.Agent.")
+        raise UsageError(f"{spec} is a {type(agent).__name__}, not a chatledger Agent.")
     return agent
 
 

@@ -6,7 +6,7 @@ worker finishing it exactly once, a fork, a short audit of the log and a check
 of its hash chain. It writes to the tenant every command reads by default, and
 ends with the commands that explore what it wrote.
 
-The child is this module again: `python -m engine._cli._demo child CONVERSATION`,
+The child is this module again: `python -m chatledger.engine._cli._demo child CONVERSATION`,
 with the database URL in `CHATLEDGER_DATABASE_URL` (not on its command line,
 where `ps` would show a password).
 """
@@ -24,13 +24,13 @@ from collections.abc import Callable
 
 from sqlalchemy import make_url
 
-from engine._cli._common import DEFAULT_TENANT, message_line, where
-from engine.agent import Agent
-from engine.providers import ModelRequest
-from engine.providers.scripted import ScriptedModel
-from engine.resume import ResumeOutcome, ResumeWorker, uncertain_tool_calls
-from engine.tools import tool
-from store import Ledger, Message, Store, ToolCall
+from chatledger.engine._cli._common import DEFAULT_TENANT, message_line, where
+from chatledger.engine.agent import Agent
+from chatledger.engine.providers import ModelRequest
+from chatledger.engine.providers.scripted import ScriptedModel
+from chatledger.engine.resume import ResumeOutcome, ResumeWorker, uncertain_tool_calls
+from chatledger.engine.tools import tool
+from chatledger.store import Ledger, Message, Store, ToolCall
 
 # Where `chatledger runs`, `history` and the rest look when given no --tenant,
 # so that a newcomer's next command finds what the demo wrote.
@@ -144,7 +144,7 @@ def demo(
 
         say("\n2. A crash in the middle of a tool batch")
         process = subprocess.Popen(
-            [sys.executable, "-m", "engine._cli._demo", "child", conv],
+            [sys.executable, "-m", "chatledger.engine._cli._demo", "child", conv],
             env={
                 **os.environ,
                 "CHATLEDGER_DATABASE_URL": store.engine.url.render_as_string(hide_password=False),

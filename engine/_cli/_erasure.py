@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from engine._cli._common import UsageError, open_store, print_json
+from chatledger.engine._cli._common import UsageError, open_store, print_json
 
 
 def erase(args: argparse.Namespace) -> int:
@@ -38,7 +38,7 @@ def erase(args: argparse.Namespace) -> int:
 
 
 def rotate_kek(args: argparse.Namespace) -> int:
-    from store import LocalKek
+    from chatledger.store import LocalKek
 
     text = os.environ.get("CHATLEDGER_NEW_KEK")
     if not text:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from engine._cli._common import EXIT_ERROR, open_store, print_json, print_table
+from chatledger.engine._cli._common import EXIT_ERROR, open_store, print_json, print_table
 
 
 def set_policy(args: argparse.Namespace) -> int:

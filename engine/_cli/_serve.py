@@ -10,7 +10,7 @@ import argparse
 import json
 from pathlib import Path
 
-from engine._cli._common import UsageError, load_agent, open_store, where
+from chatledger.engine._cli._common import UsageError, load_agent, open_store, where
 
 __all__ = ["api_key", "serve"]
 
@@ -22,7 +22,7 @@ def serve(args: argparse.Namespace) -> int:
     try:
         import uvicorn
 
-        from service import ApiKeys, create_app
+        from chatledger.service import ApiKeys, create_app
     except ImportError as error:
         raise UsageError(f"{_INSTALL} ({error})") from error
     agent = load_agent(args.agent)
@@ -44,7 +44,7 @@ def serve(args: argparse.Namespace) -> int:
 def api_key(args: argparse.Namespace) -> int:
     """Print a new key for `tenant` once, and its digest entry (added to `--keys`)."""
     try:
-        from service import key_digest, new_api_key
+        from chatledger.service import key_digest, new_api_key
     except ImportError as error:
         raise UsageError(f"{_INSTALL} ({error})") from error
     if not args.tenant.strip():

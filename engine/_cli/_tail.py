@@ -24,9 +24,9 @@ import argparse
 import sys
 from typing import Any
 
-from engine._cli._audit import EVENT_EXCLUDE, event_row
-from engine._cli._common import open_store, print_json, reader_gone, to_json
-from store import Event, Page
+from chatledger.engine._cli._audit import EVENT_EXCLUDE, event_row
+from chatledger.engine._cli._common import open_store, print_json, reader_gone, to_json
+from chatledger.store import Event, Page
 
 # Fixed widths: a followed tail prints rows long before it has seen them all.
 _WIDTHS = {

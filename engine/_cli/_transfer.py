@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
-from engine._cli._common import (
+from chatledger.engine._cli._common import (
     DEFAULT_TENANT,
     UsageError,
     open_store,
@@ -35,7 +35,7 @@ from engine._cli._common import (
     reader_gone,
     to_json,
 )
-from store import ExportReport, ImportReport
+from chatledger.store import ExportReport, ImportReport
 
 
 def export(args: argparse.Namespace) -> int:

@@ -1,6 +1,6 @@
 """Models: the protocol the engine speaks, and its adapters."""
 
-from engine.providers._base import (
+from chatledger.engine.providers._base import (
     Delta,
     DeltaCallback,
     Model,
@@ -10,7 +10,7 @@ from engine.providers._base import (
     ToolChoice,
     ToolSpec,
 )
-from engine.providers._errors import (
+from chatledger.engine.providers._errors import (
     ModelConfigError,
     ModelConnectionError,
     ModelError,
@@ -19,10 +19,10 @@ from engine.providers._errors import (
     ModelResponseError,
     ModelStreamError,
 )
-from engine.providers._http import RetryPolicy
-from engine.providers.anthropic import AnthropicModel
-from engine.providers.openai import OpenAIChatModel
-from engine.providers.scripted import ScriptedModel, ScriptFunction, ScriptItem
+from chatledger.engine.providers._http import RetryPolicy
+from chatledger.engine.providers.anthropic import AnthropicModel
+from chatledger.engine.providers.openai import OpenAIChatModel
+from chatledger.engine.providers.scripted import ScriptedModel, ScriptFunction, ScriptItem
 
 __all__ = [
     "AnthropicModel",

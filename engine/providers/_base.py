@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from store.messages import Message, Usage
+from chatledger.store.messages import Message, Usage
 
 __all__ = [
     "Delta",

@@ -18,7 +18,7 @@ failure came from without parsing the message.
 
 from __future__ import annotations
 
-from store._errors import ChatledgerError
+from chatledger.store._errors import ChatledgerError
 
 __all__ = [
     "ModelConfigError",

@@ -32,14 +32,14 @@ from typing import Any, Self
 
 import httpx
 
-from engine.providers._errors import (
+from chatledger.engine.providers._errors import (
     ModelConfigError,
     ModelConnectionError,
     ModelHTTPError,
     ModelResponseError,
     ModelStreamError,
 )
-from engine.providers._wire import merge_settings, resolve_api_key
+from chatledger.engine.providers._wire import merge_settings, resolve_api_key
 
 __all__ = [
     "DEFAULT_TIMEOUT",

@@ -11,10 +11,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, assert_never
 
-from engine.providers._base import Delta, ModelResponse, ToolChoice, ToolSpec
-from engine.providers._errors import ModelRequestError, ModelResponseError, ModelStreamError
-from engine.providers._wire import tool_arguments_text
-from store.messages import (
+from chatledger.engine.providers._base import Delta, ModelResponse, ToolChoice, ToolSpec
+from chatledger.engine.providers._errors import (
+    ModelRequestError,
+    ModelResponseError,
+    ModelStreamError,
+)
+from chatledger.engine.providers._wire import tool_arguments_text
+from chatledger.store.messages import (
     DataPart,
     Message,
     TextPart,

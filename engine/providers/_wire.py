@@ -8,9 +8,9 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from engine.providers._base import Delta, DeltaCallback
-from engine.providers._errors import ModelConfigError, ModelRequestError
-from store.messages import ToolCall
+from chatledger.engine.providers._base import Delta, DeltaCallback
+from chatledger.engine.providers._errors import ModelConfigError, ModelRequestError
+from chatledger.store.messages import ToolCall
 
 __all__ = [
     "emit",

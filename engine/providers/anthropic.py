@@ -15,14 +15,15 @@ from typing import Any
 
 import httpx
 
-from engine.providers import _anthropic_wire as wire
-from engine.providers._base import (
+from chatledger import __version__
+from chatledger.engine.providers import _anthropic_wire as wire
+from chatledger.engine.providers._base import (
     DeltaCallback,
     ModelRequest,
     ModelResponse,
     PreparedRequest,
 )
-from engine.providers._http import (
+from chatledger.engine.providers._http import (
     PooledModel,
     RetryPolicy,
     Sleep,
@@ -30,8 +31,7 @@ from engine.providers._http import (
     load_json,
     malformed_event,
 )
-from engine.providers._wire import emit, encode_body, merge_settings
-from store import __version__
+from chatledger.engine.providers._wire import emit, encode_body, merge_settings
 
 __all__ = ["AnthropicModel"]
 

@@ -17,14 +17,15 @@ from typing import Any
 
 import httpx
 
-from engine.providers import _openai_wire as wire
-from engine.providers._base import (
+from chatledger import __version__
+from chatledger.engine.providers import _openai_wire as wire
+from chatledger.engine.providers._base import (
     DeltaCallback,
     ModelRequest,
     ModelResponse,
     PreparedRequest,
 )
-from engine.providers._http import (
+from chatledger.engine.providers._http import (
     PooledModel,
     RetryPolicy,
     Sleep,
@@ -32,8 +33,7 @@ from engine.providers._http import (
     load_json,
     malformed_event,
 )
-from engine.providers._wire import emit, encode_body, merge_settings
-from store import __version__
+from chatledger.engine.providers._wire import emit, encode_body, merge_settings
 
 __all__ = ["OpenAIChatModel"]
 

@@ -23,16 +23,16 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import asdict
 from typing import TypeAlias
 
-from engine.providers._base import (
+from chatledger.engine.providers._base import (
     Delta,
     DeltaCallback,
     ModelRequest,
     ModelResponse,
     PreparedRequest,
 )
-from engine.providers._errors import ModelError, ModelResponseError
-from engine.providers._wire import emit
-from store.messages import Message, ThinkingPart, Usage
+from chatledger.engine.providers._errors import ModelError, ModelResponseError
+from chatledger.engine.providers._wire import emit
+from chatledger.store.messages import Message, ThinkingPart, Usage
 
 __all__ = ["ScriptFunction", "ScriptItem", "ScriptedModel"]
 

@@ -40,15 +40,15 @@ import sqlalchemy as sa
 from psycopg.errors import UniqueViolation
 from sqlalchemy.engine import Connection
 
-from store import _checks
-from store._cache import HeadCache
-from store._checks import MAX_INT32, check_int, check_text
-from store._crypto import PLAIN, Seal, is_sealed, open_text, split_sealed
-from store._errors import ConflictError, InvalidInputError, NotFoundError
-from store._sql import chain as _chain
-from store._sql import entries as _entries
-from store._sql.dialect import sqlite_clock, sqlite_time
-from store._sql.log import (
+from chatledger.store import _checks
+from chatledger.store._cache import HeadCache
+from chatledger.store._checks import MAX_INT32, check_int, check_text
+from chatledger.store._crypto import PLAIN, Seal, is_sealed, open_text, split_sealed
+from chatledger.store._errors import ConflictError, InvalidInputError, NotFoundError
+from chatledger.store._sql import chain as _chain
+from chatledger.store._sql import entries as _entries
+from chatledger.store._sql.dialect import sqlite_clock, sqlite_time
+from chatledger.store._sql.log import (
     create_branch,
     create_conversation_event,
     event_from_row,
@@ -58,11 +58,11 @@ from store._sql.log import (
     set_head,
     utc,
 )
-from store._sql.projector import head_is_open
-from store._sql.translate import key_name
-from store._values import Appended, BranchReason, Conversation, Event, NewEvent, Position
-from store.ids import new_id
-from store.schema import events
+from chatledger.store._sql.projector import head_is_open
+from chatledger.store._sql.translate import key_name
+from chatledger.store._values import Appended, BranchReason, Conversation, Event, NewEvent, Position
+from chatledger.store.ids import new_id
+from chatledger.store.schema import events
 
 __all__ = [
     "Append",

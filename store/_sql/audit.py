@@ -33,13 +33,13 @@ from typing import Any, assert_never, get_args
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Row
 
-from store._errors import InvalidInputError, NotFoundError
-from store._sql import log as _log
-from store._sql import projector
-from store._sql import runs as _runs
-from store._sql.dialect import db_now, json_text, json_true, time_value
-from store._sql.pages import Page, read_page
-from store._values import (
+from chatledger.store._errors import InvalidInputError, NotFoundError
+from chatledger.store._sql import log as _log
+from chatledger.store._sql import projector
+from chatledger.store._sql import runs as _runs
+from chatledger.store._sql.dialect import db_now, json_text, json_true, time_value
+from chatledger.store._sql.pages import Page, read_page
+from chatledger.store._values import (
     Event,
     EventKind,
     Lineage,
@@ -52,9 +52,9 @@ from store._values import (
     ToolExecution,
     ToolStatus,
 )
-from store.history import HistoryProcessor, instructions_digest, model_view
-from store.messages import Message, load_messages
-from store.schema import branches, conversations, events, runs
+from chatledger.store.history import HistoryProcessor, instructions_digest, model_view
+from chatledger.store.messages import Message, load_messages
+from chatledger.store.schema import branches, conversations, events, runs
 
 __all__ = [
     "Filter",

@@ -43,7 +43,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ColumnElement
 
-from store._errors import ChatledgerError, InvalidInputError
+from chatledger.store._errors import ChatledgerError, InvalidInputError
 
 T = TypeVar("T")
 

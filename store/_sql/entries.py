@@ -23,11 +23,11 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from store import _checks
-from store._errors import ConflictError, InvalidInputError, NotFoundError
-from store._sql import log as _log
-from store._sql import projector
-from store._sql.log import (
+from chatledger.store import _checks
+from chatledger.store._errors import ConflictError, InvalidInputError, NotFoundError
+from chatledger.store._sql import log as _log
+from chatledger.store._sql import projector
+from chatledger.store._sql.log import (
     canonical_json,
     create_branch,
     get_conversation,
@@ -35,10 +35,10 @@ from store._sql.log import (
     set_head,
     utc,
 )
-from store._sql.translate import unique_violation
-from store._values import Conversation, Entry, Event, NewEvent, Position
-from store.messages import load_messages
-from store.schema import conversations, event_ids, events
+from chatledger.store._sql.translate import unique_violation
+from chatledger.store._values import Conversation, Entry, Event, NewEvent, Position
+from chatledger.store.messages import load_messages
+from chatledger.store.schema import conversations, event_ids, events
 
 __all__ = [
     "changed_fields",

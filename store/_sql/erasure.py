@@ -8,12 +8,12 @@ from datetime import datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from store._errors import NotFoundError
-from store._sql import append as _append
-from store._sql.dialect import db_now, for_update
-from store._sql.log import canonical_json, utc
-from store._values import NewEvent
-from store.schema import conversations, events, subject_keys
+from chatledger.store._errors import NotFoundError
+from chatledger.store._sql import append as _append
+from chatledger.store._sql.dialect import db_now, for_update
+from chatledger.store._sql.log import canonical_json, utc
+from chatledger.store._values import NewEvent
+from chatledger.store.schema import conversations, events, subject_keys
 
 __all__ = ["Erasure", "erase", "erase_if_idle"]
 

@@ -32,10 +32,10 @@ from typing import Any, TextIO
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from store._crypto import is_sealed, split_sealed
-from store._sql import chain as _chain
-from store._sql import projector
-from store._sql.transfer import (
+from chatledger.store._crypto import is_sealed, split_sealed
+from chatledger.store._sql import chain as _chain
+from chatledger.store._sql import projector
+from chatledger.store._sql.transfer import (
     BATCH,
     BRANCH,
     CONVERSATION,
@@ -49,7 +49,7 @@ from store._sql.transfer import (
     Progress,
     decode,
 )
-from store.schema import (
+from chatledger.store.schema import (
     branches,
     conversation_keys,
     conversations,

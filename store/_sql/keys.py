@@ -16,13 +16,13 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from store._checks import check_text
-from store._crypto import SEALED_PREFIX, key_id_of
-from store._errors import ConflictError, EncryptionError, ErasedError
-from store._sql.dialect import db_now, for_update
-from store._sql.translate import unique_violation
-from store._values import NewEvent
-from store.schema import conversations, subject_keys
+from chatledger.store._checks import check_text
+from chatledger.store._crypto import SEALED_PREFIX, key_id_of
+from chatledger.store._errors import ConflictError, EncryptionError, ErasedError
+from chatledger.store._sql.dialect import db_now, for_update
+from chatledger.store._sql.translate import unique_violation
+from chatledger.store._values import NewEvent
+from chatledger.store.schema import conversations, subject_keys
 
 __all__ = [
     "WriteKey",

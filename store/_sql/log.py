@@ -19,16 +19,28 @@ from typing import Any, get_args
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Row
 
-from store import _checks
-from store._checks import MAX_INT32, MAX_INT64, check_choice, check_int, check_limit, json_text
-from store._crypto import PLAIN, Seal
-from store._errors import ConflictError, EncryptionError, InvalidInputError, NotFoundError
-from store._sql import chain as _chain
-from store._sql import keys as _keys
-from store._sql import projector
-from store._sql.dialect import db_now, for_update, is_sqlite
-from store._sql.translate import unique_violation
-from store._values import (
+from chatledger.store import _checks
+from chatledger.store._checks import (
+    MAX_INT32,
+    MAX_INT64,
+    check_choice,
+    check_int,
+    check_limit,
+    json_text,
+)
+from chatledger.store._crypto import PLAIN, Seal
+from chatledger.store._errors import (
+    ConflictError,
+    EncryptionError,
+    InvalidInputError,
+    NotFoundError,
+)
+from chatledger.store._sql import chain as _chain
+from chatledger.store._sql import keys as _keys
+from chatledger.store._sql import projector
+from chatledger.store._sql.dialect import db_now, for_update, is_sqlite
+from chatledger.store._sql.translate import unique_violation
+from chatledger.store._values import (
     Branch,
     BranchReason,
     Conversation,
@@ -39,9 +51,9 @@ from store._values import (
     Origin,
     Position,
 )
-from store.ids import new_id
-from store.messages import Message, dump_message
-from store.schema import branches, conversation_keys, conversations, events, runs
+from chatledger.store.ids import new_id
+from chatledger.store.messages import Message, dump_message
+from chatledger.store.schema import branches, conversation_keys, conversations, events, runs
 
 __all__ = [
     "MAX_KEY_CHARS",

@@ -10,7 +10,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.engine import Connection
 
-import migrations
+from chatledger import migrations
 
 __all__ = ["alembic_config", "current_revision", "head_revision", "upgrade"]
 

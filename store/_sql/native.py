@@ -25,8 +25,8 @@ import psycopg
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
-from store._errors import ChatledgerError
-from store._sql.dialect import GENERIC_PLANS, cut_off, opening_error
+from chatledger.store._errors import ChatledgerError
+from chatledger.store._sql.dialect import GENERIC_PLANS, cut_off, opening_error
 
 try:  # SQLAlchemy 2.1 names it `await_`, and deprecates `await_only`
     from sqlalchemy.util import await_ as await_only

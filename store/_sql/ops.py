@@ -20,7 +20,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from sqlalchemy.engine import Connection, Engine
 
-from store._sql.dialect import WRITE, is_sqlite, on_cursor
+from chatledger.store._sql.dialect import WRITE, is_sqlite, on_cursor
 
 __all__ = [
     "AsyncExecutor",

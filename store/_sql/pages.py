@@ -30,9 +30,9 @@ from typing import Any, Generic, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Row
 
-from store._errors import InvalidInputError
-from store._sql.dialect import commit_order, past_cursor, snapshot_horizon
-from store._values import VALUE_CONFIG
+from chatledger.store._errors import InvalidInputError
+from chatledger.store._sql.dialect import commit_order, past_cursor, snapshot_horizon
+from chatledger.store._values import VALUE_CONFIG
 
 __all__ = [
     "DEFAULT_LIMIT",

@@ -24,9 +24,9 @@ import re
 
 from sqlalchemy.engine import Connection
 
-from store._checks import check_int
-from store._errors import InvalidInputError
-from store._sql.dialect import is_sqlite
+from chatledger.store._checks import check_int
+from chatledger.store._errors import InvalidInputError
+from chatledger.store._sql.dialect import is_sqlite
 
 __all__ = ["MAX_PARTITIONS", "PARTITIONED", "partition", "partition_count", "refuse_sqlite"]
 

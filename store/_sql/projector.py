@@ -21,9 +21,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from store._sql.dialect import time_value
-from store._values import Position
-from store.schema import branches, conversations, events, runs, view_entries
+from chatledger.store._sql.dialect import time_value
+from chatledger.store._values import Position
+from chatledger.store.schema import branches, conversations, events, runs, view_entries
 
 __all__ = [
     "Segment",

@@ -17,10 +17,10 @@ from typing import Any, Literal, get_args
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from store._checks import check_choice, check_int
-from store._sql.dialect import db_now, time_value
-from store._sql.log import utc
-from store.schema import conversations, events, retention_policies
+from chatledger.store._checks import check_choice, check_int
+from chatledger.store._sql.dialect import db_now, time_value
+from chatledger.store._sql.log import utc
+from chatledger.store.schema import conversations, events, retention_policies
 
 __all__ = [
     "RetentionAction",

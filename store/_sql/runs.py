@@ -18,7 +18,7 @@ from typing import Any, get_args
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Row
 
-from store._checks import (
+from chatledger.store._checks import (
     MAX_INT32,
     check_choice,
     check_id,
@@ -29,8 +29,8 @@ from store._checks import (
     check_seconds,
     check_text,
 )
-from store._crypto import PLAIN, Seal
-from store._errors import (
+from chatledger.store._crypto import PLAIN, Seal
+from chatledger.store._errors import (
     ConflictError,
     InvalidInputError,
     LeaseError,
@@ -38,12 +38,12 @@ from store._errors import (
     ResumeConflictError,
     RunStateError,
 )
-from store._sql import append as _append
-from store._sql import log as _log
-from store._sql import projector
-from store._sql.dialect import db_now, db_now_plus, hold_name, is_sqlite
-from store._sql.translate import unique_violation
-from store._values import (
+from chatledger.store._sql import append as _append
+from chatledger.store._sql import log as _log
+from chatledger.store._sql import projector
+from chatledger.store._sql.dialect import db_now, db_now_plus, hold_name, is_sqlite
+from chatledger.store._sql.translate import unique_violation
+from chatledger.store._values import (
     BranchReason,
     Conversation,
     Event,
@@ -54,9 +54,9 @@ from store._values import (
     RunCursor,
     RunStatus,
 )
-from store.ids import new_id
-from store.messages import Usage
-from store.schema import branches, conversations, events, runs
+from chatledger.store.ids import new_id
+from chatledger.store.messages import Usage
+from chatledger.store.schema import branches, conversations, events, runs
 
 __all__ = [
     "claim_stale_runs",

@@ -45,7 +45,7 @@ import psycopg
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from store._sql.translate import translating
+from chatledger.store._sql.translate import translating
 
 __all__ = [
     "CHANNEL",

@@ -36,13 +36,13 @@ from typing import Any, TextIO, get_args
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from store._checks import MAX_INT32
-from store._errors import InvalidInputError
-from store._sql.dialect import is_sqlite
-from store._sql.log import get_conversation, utc
-from store._values import VALUE_CONFIG, BranchReason, EventKind, Origin, RunStatus
-from store.ids import is_id
-from store.schema import (
+from chatledger.store._checks import MAX_INT32
+from chatledger.store._errors import InvalidInputError
+from chatledger.store._sql.dialect import is_sqlite
+from chatledger.store._sql.log import get_conversation, utc
+from chatledger.store._values import VALUE_CONFIG, BranchReason, EventKind, Origin, RunStatus
+from chatledger.store.ids import is_id
+from chatledger.store.schema import (
     branches,
     conversations,
     event_ids,

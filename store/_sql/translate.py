@@ -38,7 +38,7 @@ import sqlalchemy as sa
 from psycopg import errors as pg_errors
 from sqlalchemy import exc as sa_exc
 
-from store._errors import ChatledgerError, InvalidInputError, SchemaError, StorageError
+from chatledger.store._errors import ChatledgerError, InvalidInputError, SchemaError, StorageError
 
 __all__ = ["key_name", "translating", "unique_violation"]
 

@@ -15,12 +15,12 @@ from typing import Any, Literal
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from store._errors import InvalidInputError
-from store._sql import chain as _chain
-from store._sql.dialect import is_sqlite
-from store._values import VALUE_CONFIG, Position
-from store.ids import is_id
-from store.schema import branches, conversations, events
+from chatledger.store._errors import InvalidInputError
+from chatledger.store._sql import chain as _chain
+from chatledger.store._sql.dialect import is_sqlite
+from chatledger.store._values import VALUE_CONFIG, Position
+from chatledger.store.ids import is_id
+from chatledger.store.schema import branches, conversations, events
 
 __all__ = ["CHUNK", "Recompute", "Verification", "verify_many"]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.cli import main as chatledger
+from chatledger.engine.cli import main as chatledger
 
 DOCS = Path(__file__).parent.parent.parent / "docs"
 PAGE_URL = "sqlite:///chat.db"

@@ -15,10 +15,10 @@ from pydantic_ai.conversation import Conversation
 from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import FunctionModel
 
-from adapters.openai_agents import ChatledgerSession
-from adapters.pydantic_ai import LedgerConversationStore
-from store import AsyncStore
-from store._crypto import ERASED_CONTENT
+from chatledger.adapters.openai_agents import ChatledgerSession
+from chatledger.adapters.pydantic_ai import LedgerConversationStore
+from chatledger.store import AsyncStore
+from chatledger.store._crypto import ERASED_CONTENT
 
 KEK = bytes(range(64, 96))
 

@@ -39,9 +39,9 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 from openai.types.responses import ResponseReasoningItem
 from openai.types.responses.response_reasoning_item import Summary
 
-from adapters.openai_agents import ChatledgerSession
-from engine.cli import main as chatledger
-from store import AsyncLedger, AsyncStore, ConflictError, Page
+from chatledger.adapters.openai_agents import ChatledgerSession
+from chatledger.engine.cli import main as chatledger
+from chatledger.store import AsyncLedger, AsyncStore, ConflictError, Page
 
 T = TypeVar("T")
 

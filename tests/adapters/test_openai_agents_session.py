@@ -22,8 +22,8 @@ from agents.memory import SQLiteSession
 from agents.memory.session_settings import SessionSettings
 from agents.run_context import RunContextWrapper
 
-from adapters.openai_agents import ChatledgerSession
-from store import AsyncStore, ConflictError
+from chatledger.adapters.openai_agents import ChatledgerSession
+from chatledger.store import AsyncStore, ConflictError
 
 TEXT = "The quick brown fox jumps over the lazy dog."
 
@@ -160,7 +160,7 @@ async def test_what_pop_and_clear_removed_stays_in_the_log(ledger_store: AsyncSt
     assert await session.pop_item() is None
     # Nothing was deleted: the history as it was is still there.
     kept = await ledger.entries(conv.id, at=full_head)
-    from adapters.openai_agents import from_messages
+    from chatledger.adapters.openai_agents import from_messages
 
     assert dumped(from_messages([e.message for e in kept])) == dumped(items)
     assert (await ledger.verify(conv.id)).ok

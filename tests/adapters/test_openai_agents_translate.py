@@ -16,10 +16,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from openai.types.responses import ResponseInputItemParam
 
-from adapters.openai_agents import from_messages, item_count, to_messages
-from store import InvalidInputError
-from store._repair import well_formed
-from store.messages import (
+from chatledger.adapters.openai_agents import from_messages, item_count, to_messages
+from chatledger.store import InvalidInputError
+from chatledger.store._repair import well_formed
+from chatledger.store.messages import (
     DataPart,
     Message,
     TextPart,

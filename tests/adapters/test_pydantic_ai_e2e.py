@@ -34,9 +34,9 @@ from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls
 from pydantic_ai.run import AgentRunResult
 from pydantic_ai.ui.vercel_ai import VercelAIAdapter
 
-from adapters.pydantic_ai import LedgerConversationStore
-from engine.cli import main as chatledger
-from store import AsyncLedger, AsyncStore, Page
+from chatledger.adapters.pydantic_ai import LedgerConversationStore
+from chatledger.engine.cli import main as chatledger
+from chatledger.store import AsyncLedger, AsyncStore, Page
 
 T = TypeVar("T")
 

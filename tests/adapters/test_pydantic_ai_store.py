@@ -34,8 +34,8 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from adapters.pydantic_ai import LedgerConversationStore
-from store import AsyncStore, Message
+from chatledger.adapters.pydantic_ai import LedgerConversationStore
+from chatledger.store import AsyncStore, Message
 
 IDS = ("c1", "c2", "c3")
 

@@ -16,11 +16,11 @@ from hypothesis import strategies as st
 from pydantic_ai import messages as pai
 from pydantic_ai.usage import RequestUsage
 
-from adapters.pydantic_ai import from_messages, group_sizes, group_start, to_messages
-from store import InvalidInputError
-from store._repair import well_formed
-from store.history import normalize_history
-from store.messages import (
+from chatledger.adapters.pydantic_ai import from_messages, group_sizes, group_start, to_messages
+from chatledger.store import InvalidInputError
+from chatledger.store._repair import well_formed
+from chatledger.store.history import normalize_history
+from chatledger.store.messages import (
     DataPart,
     Message,
     ThinkingPart,

@@ -13,9 +13,9 @@ import sys
 import time
 from typing import Any
 
-from engine import Agent, ModelRequest, RunContext, tool
-from engine.providers.scripted import ScriptedModel
-from store import Ledger, Message, Store, ToolCall
+from chatledger.engine import Agent, ModelRequest, RunContext, tool
+from chatledger.engine.providers.scripted import ScriptedModel
+from chatledger.store import Ledger, Message, Store, ToolCall
 from tests.agent.helpers import results_since_prompt
 
 CITIES = ("Oslo", "Lima", "Cairo")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine import Agent, ModelRequest, tool
-from engine.providers.scripted import ScriptedModel
-from store import Message, ToolCall
+from chatledger.engine import Agent, ModelRequest, tool
+from chatledger.engine.providers.scripted import ScriptedModel
+from chatledger.store import Message, ToolCall
 
 
 def results_since_prompt(request: ModelRequest) -> list[Message]:

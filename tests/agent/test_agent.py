@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from engine import Agent, Hit, RunContext, RunError, ToolFailed, tool
-from engine.providers import ModelResponseError
-from engine.providers.scripted import ScriptedModel
-from store import (
+from chatledger.engine import Agent, Hit, RunContext, RunError, ToolFailed, tool
+from chatledger.engine.providers import ModelResponseError
+from chatledger.engine.providers.scripted import ScriptedModel
+from chatledger.store import (
     HistoryProcessor,
     InvalidInputError,
     Ledger,
@@ -404,7 +404,7 @@ def test_stream_passes_deltas_and_records_the_same_turn(ledger: Ledger) -> None:
 
 
 async def test_async_run_on_an_async_ledger(database_url: str) -> None:
-    from store import AsyncStore
+    from chatledger.store import AsyncStore
 
     async with AsyncStore.open(database_url) as store:
         ledger = store.tenant(f"async-{new_id()[-8:]}")
@@ -454,7 +454,7 @@ def test_restricted_hits_never_reach_the_model_or_the_sources(ledger: Ledger, la
 
 
 def test_rebuild_applies_the_agents_context_filter(ledger: Ledger) -> None:
-    from engine import rebuild_request
+    from chatledger.engine import rebuild_request
 
     hits = [Hit("a", "open text"), Hit("b", "closed text", classification="RESTRICTED")]
     agent = Agent(ScriptedModel(["ok"]), retriever=lambda _: hits)
@@ -496,7 +496,7 @@ class _SlowFailure:
 async def test_a_run_cancelled_twice_still_records_its_cancellation(database_url: str) -> None:
     """A second cancel while the first is being recorded (a client gone, then a server
     shutting down) does not leave the run `running`."""
-    from store import AsyncStore
+    from chatledger.store import AsyncStore
 
     started = asyncio.Event()
 
@@ -537,7 +537,7 @@ async def test_a_run_cancelled_twice_still_records_its_cancellation(database_url
     ],
 )
 def test_a_restricted_label_is_recognised_however_it_is_spelled(label: str) -> None:
-    from engine import drop_restricted
+    from chatledger.engine import drop_restricted
 
     assert Hit("x", "t", classification=label).restricted
     assert drop_restricted([Hit("x", "t", classification=label)]) == []
@@ -566,7 +566,7 @@ def test_repair_closings_are_not_announced(ledger: Ledger) -> None:
     @tool
     def stop() -> str:
         """Stop the run."""
-        from engine import Canceled
+        from chatledger.engine import Canceled
 
         raise Canceled("stopped by the user")
 

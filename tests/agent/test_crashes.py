@@ -24,11 +24,11 @@ from pathlib import Path
 
 import pytest
 
-from engine import ModelRequest
-from engine.providers.anthropic import AnthropicModel
-from engine.providers.openai import OpenAIChatModel
-from engine.resume import ResumeWorker
-from store import Ledger, Store
+from chatledger.engine import ModelRequest
+from chatledger.engine.providers.anthropic import AnthropicModel
+from chatledger.engine.providers.openai import OpenAIChatModel
+from chatledger.engine.resume import ResumeWorker
+from chatledger.store import Ledger, Store
 from tests.agent import crash_agent
 from tests.providers.strict_rules import check_anthropic, check_openai
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from engine import Agent, Canceled, ModelRequest, RunError, tool
-from engine.providers.scripted import ScriptedModel
-from store import (
+from chatledger.engine import Agent, Canceled, ModelRequest, RunError, tool
+from chatledger.engine.providers.scripted import ScriptedModel
+from chatledger.store import (
     Ledger,
     Message,
     Position,
@@ -124,7 +124,7 @@ def test_lost_acknowledgement_of_completion_still_returns_the_result(ledger: Led
 
 @pytest.mark.parametrize("request_number", [1, 2])
 def test_model_failure_at_each_request(ledger: Ledger, request_number: int) -> None:
-    from engine.providers import ModelError
+    from chatledger.engine.providers import ModelError
 
     conversation_id, head = fresh_conversation(ledger)
     calls = 0

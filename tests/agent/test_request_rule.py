@@ -18,9 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine import Agent, Hit, RunContext, RunError, ToolFailed, rebuild_request, tool
-from engine.providers import PreparedRequest, ScriptedModel
-from store import (
+from chatledger.engine import Agent, Hit, RunContext, RunError, ToolFailed, rebuild_request, tool
+from chatledger.engine.providers import PreparedRequest, ScriptedModel
+from chatledger.store import (
     HistoryError,
     HistoryProcessor,
     Ledger,

@@ -22,10 +22,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from engine import Agent, Canceled, RunError, ToolFailed, tool
-from engine.providers import ModelError, ModelResponse
-from engine.providers.scripted import ScriptedModel
-from store import Ledger, Message, NotFoundError, ToolCall, Usage, new_id
+from chatledger.engine import Agent, Canceled, RunError, ToolFailed, tool
+from chatledger.engine.providers import ModelError, ModelResponse
+from chatledger.engine.providers.scripted import ScriptedModel
+from chatledger.store import Ledger, Message, NotFoundError, ToolCall, Usage, new_id
 from tests.agent.helpers import weather, weather_agent
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -261,8 +261,8 @@ import sys
 if sys.argv[2] == "absent":
     sys.modules["opentelemetry"] = None  # every import of opentelemetry now fails
 
-from engine._telemetry import _get_tracer
-from store import Store
+from chatledger.engine._telemetry import _get_tracer
+from chatledger.store import Store
 from tests.agent.helpers import weather_agent
 
 with Store.open(sys.argv[1]) as store:

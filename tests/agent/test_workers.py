@@ -13,9 +13,9 @@ import time
 import pytest
 import sqlalchemy as sa
 
-from engine.resume import ResumeWorker
-from store import Ledger, Message, NewEvent, Store, ToolCall
-from store.schema import runs
+from chatledger.engine.resume import ResumeWorker
+from chatledger.store import Ledger, Message, NewEvent, Store, ToolCall
+from chatledger.store.schema import runs
 from tests.agent import crash_agent
 
 LEASE = 1.0
@@ -74,7 +74,7 @@ def worker_process(
         [
             sys.executable,
             "-m",
-            "engine.cli",
+            "chatledger",
             "resume",
             "--agent",
             "tests.agent.crash_agent:agent",
@@ -205,7 +205,7 @@ def test_a_run_crashing_on_every_attempt_is_dead_lettered(
         [
             sys.executable,
             "-m",
-            "engine.cli",
+            "chatledger",
             "runs",
             "--tenant",
             ledger.tenant,
@@ -229,8 +229,8 @@ def test_a_run_crashing_on_every_attempt_is_dead_lettered(
 def test_a_crash_inside_a_tool_that_must_not_rerun_needs_attention(
     store: Store, ledger: Ledger
 ) -> None:
-    from engine import Agent, tool
-    from engine.providers.scripted import ScriptedModel
+    from chatledger.engine import Agent, tool
+    from chatledger.engine.providers.scripted import ScriptedModel
 
     @tool(name="weather", rerun=False)
     def charge_card(city: str) -> str:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from engine.providers import AnthropicModel, OpenAIChatModel
+from chatledger.engine.providers import AnthropicModel, OpenAIChatModel
 
 from .strict_server import ANTHROPIC_KEY, OPENAI_KEY, StrictServer
 

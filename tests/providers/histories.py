@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from engine.providers import ModelRequest, ToolSpec
-from store import Message, ToolCall
+from chatledger.engine.providers import ModelRequest, ToolSpec
+from chatledger.store import Message, ToolCall
 
 LOOKUP = ToolSpec(
     name="lookup",

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from engine.providers import (
+from chatledger.engine.providers import (
     AnthropicModel,
     Delta,
     ModelConfigError,
@@ -15,8 +15,8 @@ from engine.providers import (
     ModelRequestError,
     ModelStreamError,
 )
-from engine.providers._anthropic_wire import AnthropicStream
-from store import DataPart, Message, ThinkingPart, ToolCall, UnknownPart, UrlPart, Usage
+from chatledger.engine.providers._anthropic_wire import AnthropicStream
+from chatledger.store import DataPart, Message, ThinkingPart, ToolCall, UnknownPart, UrlPart, Usage
 
 from . import histories as h
 from .sdk import validate

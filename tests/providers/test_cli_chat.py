@@ -16,12 +16,12 @@ def test_chat_talks_to_an_openai_compatible_endpoint(
     strict_server.enqueue(Reply(text="Hello there."), Reply(text="Still here."))
     url = f"sqlite:///{tmp_path / 'chat.db'}"
     subprocess.run(
-        [sys.executable, "-m", "engine.cli", "migrate", "--database-url", url],
+        [sys.executable, "-m", "chatledger", "migrate", "--database-url", url],
         check=True,
         capture_output=True,
     )
     result = subprocess.run(
-        [sys.executable, "-m", "engine.cli", "chat", "--database-url", url, "--model", "gpt-test"],
+        [sys.executable, "-m", "chatledger", "chat", "--database-url", url, "--model", "gpt-test"],
         input="hi\nhow are you?\n\n",
         capture_output=True,
         text=True,

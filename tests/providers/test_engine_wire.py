@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from engine import Agent, Model, RunError, tool
-from store import Ledger, Message, ToolCall, trim_history
+from chatledger.engine import Agent, Model, RunError, tool
+from chatledger.store import Ledger, Message, ToolCall, trim_history
 
 from .strict_server import Call, Fail, Reply, StrictServer
 

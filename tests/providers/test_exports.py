@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import engine.providers as providers
-from engine.providers import _base, _errors, anthropic, openai, scripted
+import chatledger.engine.providers as providers
+from chatledger.engine.providers import _base, _errors, anthropic, openai, scripted
 
 
 def test_all_is_sorted_and_complete() -> None:

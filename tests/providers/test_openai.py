@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from engine.providers import (
+from chatledger.engine.providers import (
     Delta,
     ModelConfigError,
     ModelHTTPError,
@@ -17,7 +17,7 @@ from engine.providers import (
     OpenAIChatModel,
     ToolSpec,
 )
-from store import DataPart, Message, TextPart, ThinkingPart, ToolCall, UrlPart, Usage
+from chatledger.store import DataPart, Message, TextPart, ThinkingPart, ToolCall, UrlPart, Usage
 
 from . import histories as h
 from .sdk import validate

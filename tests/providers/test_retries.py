@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from engine.providers import (
+from chatledger.engine.providers import (
     AnthropicModel,
     Model,
     ModelConfigError,
@@ -18,7 +18,7 @@ from engine.providers import (
     OpenAIChatModel,
     RetryPolicy,
 )
-from engine.providers._http import SSEEvent, iter_sse, parse_retry_after
+from chatledger.engine.providers._http import SSEEvent, iter_sse, parse_retry_after
 
 from . import histories as h
 from .conftest import RecordingSleep

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from engine.providers import (
+from chatledger.engine.providers import (
     AnthropicModel,
     Delta,
     Model,
@@ -19,7 +19,7 @@ from engine.providers import (
     OpenAIChatModel,
     ScriptedModel,
 )
-from store import Message, ThinkingPart, ToolCall, Usage
+from chatledger.store import Message, ThinkingPart, ToolCall, Usage
 
 from . import histories as h
 

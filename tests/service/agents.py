@@ -10,9 +10,9 @@ import asyncio
 import re
 from typing import Any
 
-from engine import Agent, Hit, ModelRequest, tool
-from engine.providers.scripted import ScriptedModel
-from store import Message, ToolCall
+from chatledger.engine import Agent, Hit, ModelRequest, tool
+from chatledger.engine.providers.scripted import ScriptedModel
+from chatledger.store import Message, ToolCall
 from tests.agent.helpers import results_since_prompt, weather_agent
 
 __all__ = [

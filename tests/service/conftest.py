@@ -14,9 +14,9 @@ import httpx
 import pytest
 import uvicorn
 
-from engine import Agent
-from service import ApiKeys, create_app
-from store import AsyncStore, Store
+from chatledger.engine import Agent
+from chatledger.service import ApiKeys, create_app
+from chatledger.store import AsyncStore, Store
 
 
 @dataclass

@@ -10,10 +10,10 @@ from typing import Any
 import httpx
 import pytest
 
-from engine import Agent, Hit
-from engine.providers.scripted import ScriptedModel
-from service import create_app
-from store import AsyncStore, Store, new_id
+from chatledger.engine import Agent, Hit
+from chatledger.engine.providers.scripted import ScriptedModel
+from chatledger.service import create_app
+from chatledger.store import AsyncStore, Store, new_id
 from tests.service.agents import (
     NOT_FOUND,
     SHAPES,

@@ -9,10 +9,10 @@ from typing import Any
 import httpx
 import pytest
 
-from engine import Agent
-from engine.providers import ModelError
-from engine.providers.scripted import ScriptedModel
-from store import Store, new_id
+from chatledger.engine import Agent
+from chatledger.engine.providers import ModelError
+from chatledger.engine.providers.scripted import ScriptedModel
+from chatledger.store import Store, new_id
 from tests.service.agents import retrieval_agent, weather_agent
 from tests.service.conftest import Tenants
 

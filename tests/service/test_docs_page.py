@@ -23,9 +23,9 @@ def test_the_page_example_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str
 
 
 def test_the_page_lists_every_endpoint() -> None:
-    from engine import Agent
-    from engine.providers.scripted import ScriptedModel
-    from service import ApiKeys, create_app
+    from chatledger.engine import Agent
+    from chatledger.engine.providers.scripted import ScriptedModel
+    from chatledger.service import ApiKeys, create_app
 
     app = create_app(Agent(ScriptedModel([])), "sqlite://", keys=ApiKeys.of({}))
     text = PAGE.read_text()

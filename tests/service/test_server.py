@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from store import Store, new_id
+from chatledger.store import Store, new_id
 from tests.service.agents import blocking_agent, weather_agent
 from tests.service.conftest import Server, Tenants, sse_events
 
@@ -94,7 +94,7 @@ def test_a_client_that_disconnects_cancels_the_run_and_its_partial_is_resumable(
 
 def _chatledger(*args: str, **options: Any) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "engine.cli", *args],
+        [sys.executable, "-m", "chatledger", *args],
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
         **options,
@@ -105,7 +105,7 @@ def test_chatledger_serve_and_api_key(database_url: str, tmp_path: Path) -> None
     keys = tmp_path / "keys.json"
     tenant = f"cli-{new_id()[-8:]}"
     made = subprocess.run(
-        [sys.executable, "-m", "engine.cli", "api-key", tenant, "--keys", str(keys)],
+        [sys.executable, "-m", "chatledger", "api-key", tenant, "--keys", str(keys)],
         capture_output=True,
         text=True,
         check=True,
@@ -153,7 +153,7 @@ def test_chatledger_serve_and_api_key(database_url: str, tmp_path: Path) -> None
         assert server.returncode == 0
 
 
-_SERVE = [sys.executable, "-m", "engine.cli", "serve", "--agent", "tests.service.cli_agent:agent"]
+_SERVE = [sys.executable, "-m", "chatledger", "serve", "--agent", "tests.service.cli_agent:agent"]
 
 
 def _serve_refusal(database_url: str, *options: str) -> str:
@@ -183,7 +183,7 @@ def test_api_key_refuses_a_key_file_that_is_not_json(tmp_path: Path) -> None:
     keys = tmp_path / "keys.json"
     keys.write_text("{not json")
     result = subprocess.run(
-        [sys.executable, "-m", "engine.cli", "api-key", "acme", "--keys", str(keys)],
+        [sys.executable, "-m", "chatledger", "api-key", "acme", "--keys", str(keys)],
         capture_output=True,
         text=True,
     )
