@@ -391,6 +391,8 @@ class Operations:
             self._moving_head(conversation_id)  # the general path appends after a position
 
         def build(seal: Seal) -> Op[Appended]:
+            # Refused on every form alike (a fast form would write without a key).
+            seal = _subject_needs(subject, seal)
             encoded = seal.events(clear)
             # A sealed creation goes through the general path (its key is
             # written there), so only a clear root is ever written here.
@@ -430,7 +432,7 @@ class Operations:
                     ids=minted,
                     state=state_text,
                     expected_state=expected_state,
-                    seal=_subject_needs(subject, seal),
+                    seal=seal,
                 ),
             )
 
