@@ -1,6 +1,6 @@
 """Real crashes: agent processes killed with SIGKILL, then resumed by workers.
 
-CHATLEDGER_CRASH_TRIALS (default 50) trials per backend. Each starts a real
+CHATLEDGER_CRASH_TRIALS (default 24) trials per backend. Each starts a real
 agent process, kills it at a random moment of its run, and after all are
 dead a resume worker finishes every crashed run. Every trial must end with
 its conversation completed exactly once, no acknowledged event lost, a head
@@ -32,9 +32,16 @@ from chatledger.store import Ledger, Store
 from tests.agent import crash_agent
 from tests.providers.strict_rules import check_anthropic, check_openai
 
-TRIALS = int(os.environ.get("CHATLEDGER_CRASH_TRIALS", "50"))
+TRIALS = int(os.environ.get("CHATLEDGER_CRASH_TRIALS", "24"))
 PARALLEL = 6
 LEASE = 0.5
+
+
+@pytest.fixture
+def database_url(own_database: str) -> str:
+    """A database of each test's own: a resume worker claims stale runs store-wide,
+    so on the session's shared database it would also take other tests' runs."""
+    return own_database
 
 
 @dataclass
@@ -74,33 +81,39 @@ def run_trials(url: str, ledger: Ledger, exec_log: Path) -> list[Trial]:
                 env=env,
             )
             batch.append(Trial(conv.id, process, []))
-        kills = []
-        waiting = list(batch)
-        deadline = time.monotonic() + 60
-        while waiting:
-            assert time.monotonic() < deadline, "agent processes never started their runs"
-            for trial in list(waiting):
-                # Whether it had exited is read before its runs: a process can
-                # start and finish its whole run between the two reads.
-                exited = trial.process.poll() is not None
-                if ledger.runs(conversation_id=trial.conversation_id):
-                    # The random moment of the kill, counted from when its run began.
-                    kills.append((time.monotonic() + rng.uniform(0, 0.4), trial))
-                    waiting.remove(trial)
-                else:
-                    assert not exited, (
-                        f"an agent process died before starting its run: "
-                        f"{trial.process.communicate()[1]}"
-                    )
-        for moment, trial in sorted(kills, key=lambda k: k[0]):
-            time.sleep(max(0.0, moment - time.monotonic()))
-            if trial.process.poll() is None:
-                os.kill(trial.process.pid, signal.SIGKILL)
-        for trial in batch:
-            out, _ = trial.process.communicate(timeout=60)
-            for line in out.splitlines():
-                if line.startswith("ack "):
-                    trial.acked += [int(s) for s in line.split()[1:]]
+        try:
+            kills = []
+            waiting = list(batch)
+            deadline = time.monotonic() + 60
+            while waiting:
+                assert time.monotonic() < deadline, "agent processes never started their runs"
+                for trial in list(waiting):
+                    # Whether it had exited is read before its runs: a process can
+                    # start and finish its whole run between the two reads.
+                    exited = trial.process.poll() is not None
+                    if ledger.runs(conversation_id=trial.conversation_id):
+                        # The random moment of the kill, counted from when its run began.
+                        kills.append((time.monotonic() + rng.uniform(0, 0.4), trial))
+                        waiting.remove(trial)
+                    else:
+                        assert not exited, (
+                            f"an agent process died before starting its run: "
+                            f"{trial.process.communicate()[1]}"
+                        )
+            for moment, trial in sorted(kills, key=lambda k: k[0]):
+                time.sleep(max(0.0, moment - time.monotonic()))
+                if trial.process.poll() is None:
+                    os.kill(trial.process.pid, signal.SIGKILL)
+            for trial in batch:
+                out, _ = trial.process.communicate(timeout=60)
+                for line in out.splitlines():
+                    if line.startswith("ack "):
+                        trial.acked += [int(s) for s in line.split()[1:]]
+        finally:  # a failed or timed-out trial leaves no process, and no open pipe, behind
+            for trial in batch:
+                if trial.process.poll() is None:
+                    trial.process.kill()
+                trial.process.communicate()
         trials += batch
     return trials
 

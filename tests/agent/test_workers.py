@@ -26,6 +26,13 @@ LEASE = 1.0
 RACING_LEASE = 30.0
 
 
+@pytest.fixture
+def database_url(own_database: str) -> str:
+    """A database of each test's own: a resume worker claims stale runs store-wide,
+    so on the session's shared database it would also take other tests' runs."""
+    return own_database
+
+
 def crashed_run(ledger: Ledger) -> tuple[str, str]:
     """A run whose process died after its first model turn and one tool start."""
     conv = ledger.create_conversation()
