@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
@@ -180,19 +181,28 @@ class Saver(BaseCheckpointSaver[str]):
         self._subject = subject
         self._ids: dict[str, str] = {}  # conversation key -> id
         self._tips: dict[str, str | None] = {}  # conversation id -> its head's tip, last seen
+        self._turns = [threading.Lock() for _ in range(64)]  # a thread's writes take turns
         # (conversation id, checkpoint id) -> its messages list, as the graph holds it
         self._lists: OrderedDict[tuple[str, str], List[BaseMessage]] = OrderedDict()
 
     # -- the faces -----------------------------------------------------------------------
 
-    def _sync(self, program: Program[T], method: str) -> T:
+    def _sync(self, program: Program[T], method: str, config: RunnableConfig | None = None) -> T:
         if not isinstance(self.ledger, Ledger):
             raise TypeError(
                 f"This Saver was built from an AsyncLedger, which serves the async methods; "
                 f"{method} is sync. Call a{method} (graph.ainvoke, astream), or build the "
                 f"saver from a Ledger (Store.open(...).tenant(name)) for sync graphs."
             )
-        return _drive(self.ledger, program)
+        if config is None:
+            return _drive(self.ledger, program)
+        # A graph saves a step's writes and checkpoint from several threads at once, and
+        # the appends to one conversation take turns in the database anyway: taking them
+        # here spares SQLite's busy handler, which sleeps a waiting writer for 1 to 100 ms.
+        configurable = config["configurable"]
+        key = _key(str(configurable["thread_id"]), str(configurable.get("checkpoint_ns", "")))
+        with self._turns[hash(key) % len(self._turns)]:
+            return _drive(self.ledger, program)
 
     async def _async(self, program: Program[T], method: str) -> T:
         if not isinstance(self.ledger, AsyncLedger):
@@ -237,7 +247,7 @@ class Saver(BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return self._sync(self._put(config, checkpoint, metadata, new_versions), "put")
+        return self._sync(self._put(config, checkpoint, metadata, new_versions), "put", config)
 
     async def aput(
         self,
@@ -255,7 +265,7 @@ class Saver(BaseCheckpointSaver[str]):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        self._sync(self._put_writes(config, writes, task_id, task_path), "put_writes")
+        self._sync(self._put_writes(config, writes, task_id, task_path), "put_writes", config)
 
     async def aput_writes(
         self,

@@ -9,6 +9,8 @@ repair, audit, engine and `history` read; LangGraph reads only the native copy:
   `native = {"serde": type, "data": base64}`: the message as the saver's own
   serializer (`BaseCheckpointSaver.serde`) writes it, so `from_message` gives
   back what a LangGraph saver would, an encrypting serializer's output included.
+  A string `content` is stored once, as the projected `content`: the native copy
+  is of the message with an empty one, and `"content": true` says to put it back.
 - **Roles.** `human` is `user`, `ai` (and its chunks) `assistant`, `system`
   `system`, `tool` `tool` (`toolCallId`, `toolName` its `name`, `failed` when its
   `status` is `error`), `function` a `tool` without a call id, and a
@@ -57,9 +59,12 @@ _CHAT_ROLES = {
 
 def to_message(message: BaseMessage, serde: SerializerProtocol) -> Message:
     """`message` as a chatledger message, its serialized form in `native`."""
-    kind, data = serde.dumps_typed(message)
-    native = {"serde": kind, "data": base64.b64encode(data).decode("ascii")}
     content = message.content
+    once = isinstance(content, str) and content != ""
+    kind, data = serde.dumps_typed(message.model_copy(update={"content": ""}) if once else message)
+    native: dict[str, Any] = {"serde": kind, "data": base64.b64encode(data).decode("ascii")}
+    if once:
+        native["content"] = True
     fields: dict[str, Any] = (
         {"content": content} if isinstance(content, str) else {"parts": _parts(content)}
     )
@@ -92,6 +97,8 @@ def from_message(message: Message, serde: SerializerProtocol) -> BaseMessage:
     value = serde.loads_typed((native["serde"], base64.b64decode(native["data"])))
     if not isinstance(value, BaseMessage):
         raise ValueError(f"native holds a {type(value).__name__}, not a LangChain message")
+    if native.get("content"):
+        return value.model_copy(update={"content": message.content})
     return value
 
 
