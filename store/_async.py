@@ -442,14 +442,10 @@ class AsyncLedger:
         return await self._store.execute(self._ops.entries(conversation_id, at, last))
 
     async def state_changes(
-        self,
-        conversation_id: str | None = None,
-        *,
-        run_id: str | None = None,
-        at: int | Position | None = None,
+        self, conversation_id: str | None = None, *, run_id: str | None = None
     ) -> list[Event]:
         """See `Ledger.state_changes`."""
-        return await self._store.execute(self._ops.state_changes(conversation_id, run_id, at))
+        return await self._store.execute(self._ops.state_changes(conversation_id, run_id))
 
     async def entry(self, event_id: str) -> Entry:
         """See `Ledger.entry`."""

@@ -299,20 +299,12 @@ class Operations:
             fn=read,
         )
 
-    def state_changes(
-        self, conversation_id: str | None, run_id: str | None, at: int | Position | None
-    ) -> Op[list[Event]]:
+    def state_changes(self, conversation_id: str | None, run_id: str | None) -> Op[list[Event]]:
         if conversation_id is None and run_id is None:
             raise InvalidInputError(
                 "state_changes needs a conversation id, a run id, or both: pass "
                 "conversation_id=... or run_id=...."
             )
-        if at is not None:
-            if conversation_id is None:
-                raise InvalidInputError(
-                    "at names a position of a conversation: pass conversation_id with it."
-                )
-            _check_position(at, "at")
         if conversation_id is not None:
             check_id(conversation_id, "conversation")
         if run_id is not None:
@@ -322,7 +314,7 @@ class Operations:
             write=False,
             opens=True,
             fn=lambda c: _entries.state_changes(
-                c, self.tenant, conversation_id, run_id, at, self._opening(c)
+                c, self.tenant, conversation_id, run_id, self._opening(c)
             ),
         )
 

@@ -414,18 +414,13 @@ class Ledger:
         return self._store.execute(self._ops.entries(conversation_id, at, last))
 
     def state_changes(
-        self,
-        conversation_id: str | None = None,
-        *,
-        run_id: str | None = None,
-        at: int | Position | None = None,
+        self, conversation_id: str | None = None, *, run_id: str | None = None
     ) -> list[Event]:
         """The `state.changed` events, oldest first, their payloads opened: those a
         conversation's log holds (every branch, and the lineage a fork continues from
         its source), or those stamped with `run_id` in any of the tenant's
-        conversations, or with both, those of the conversation stamped with the run.
-        `at` (a position of the conversation) keeps those of the lineage ending there."""
-        return self._store.execute(self._ops.state_changes(conversation_id, run_id, at))
+        conversations, or with both, those of the conversation stamped with the run."""
+        return self._store.execute(self._ops.state_changes(conversation_id, run_id))
 
     def entry(self, event_id: str) -> Entry:
         """The message with this event id, which its caller minted (`append_messages(ids=...)`)."""

@@ -320,10 +320,6 @@ def test_state_changes_are_read_back_from_every_branch_and_a_forks_source(
     assert [e.payload["state"]["n"] for e in changes] == [1, 2, 3]
     assert {e.kind for e in changes} == {"state.changed"}
     assert changes[0].position == one.head.position and changes[0].branch_id == one.head.branch_id
-    lineage = ledger.state_changes(conv.id, at=ledger.conversation(conv.id).head)
-    assert [e.payload["state"]["n"] for e in lineage] == [1, 3]
-    with pytest.raises(InvalidInputError, match="pass conversation_id with it"):
-        ledger.state_changes(run_id=new_id(), at=1)
     fork = ledger.fork(conv.id)  # at the head: n=1, then n=3
     ledger.append_messages(fork.id, [], state={"n": 4})
     inherited = ledger.state_changes(fork.id)

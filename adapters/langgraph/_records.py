@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import base64
 import json
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -54,6 +55,8 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from chatledger.store import Event, Position
 
 __all__ = [
+    "NO_MESSAGES",
+    "Messages",
     "Put",
     "Thread",
     "encode_put",
@@ -95,41 +98,63 @@ def _unpack(serde: SerializerProtocol, packed: Mapping[str, Any]) -> Any:
 # -- writing -----------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Messages:
+    """A messages list known to hold LangChain messages with distinct ids, and the ids."""
+
+    items: list[BaseMessage]
+    ids: frozenset[str]
+
+    @staticmethod
+    def of(value: Any) -> Messages | None:
+        """`value`, when it is a list of LangChain messages with distinct ids."""
+        if not isinstance(value, list) or not all(isinstance(m, BaseMessage) for m in value):
+            return None
+        ids = [m.id for m in value]
+        unique = frozenset(ids)
+        if len(unique) != len(ids) or not all(isinstance(i, str) and i for i in ids):
+            return None
+        return Messages(value, cast(frozenset[str], unique))
+
+
+NO_MESSAGES = Messages([], frozenset())
+
+
 def message_delta(
-    parent: Sequence[Any] | None, value: Any
-) -> tuple[list[str], list[BaseMessage]] | None:
-    """How `value` follows from `parent` (a messages list): the ids it drops and the
-    messages it appends, so that `[m for m in parent if m.id not in dropped] +
-    appended == value`; None when either is not a list of LangChain messages with
+    parent: Messages | None, value: Any
+) -> tuple[list[str], list[BaseMessage], Messages] | None:
+    """How `value` follows from `parent`: the ids it drops and the messages it appends,
+    so that `[m for m in parent if m.id not in dropped] + appended == value`, and
+    `value` as `Messages`; None when either is not a list of LangChain messages with
     distinct ids (then the channel is stored whole, per version).
 
-    The parent's messages are matched in order against `value`'s prefix, by
-    identity first (a graph passes the very objects on), else by equality; the
-    first one that does not match, and every one after it, is dropped, and the
-    rest of `value` appended: `RemoveMessage` drops a message, a replaced one
-    drops and re-appends the tail from it.
+    When `value` begins with the very objects of `parent` (a graph passes them on),
+    only what it appends is looked at: a put costs the same on a long thread as on
+    a short one. Otherwise the parent's messages are matched in order against
+    `value`'s prefix, by identity, else by equality; the first one that does not
+    match, and every one after it, is dropped, and the rest of `value` appended:
+    `RemoveMessage` drops a message, a replaced one drops and re-appends the tail
+    from it.
     """
-    if parent is None or not _messages(value) or not _messages(parent):
+    if parent is None or not isinstance(value, list):
+        return None
+    kept = len(parent.items)
+    if len(value) >= kept and all(map(operator.is_, parent.items, value)):
+        appended = Messages.of(value[kept:])
+        if appended is None or not appended.ids.isdisjoint(parent.ids):
+            return None
+        return [], appended.items, Messages(value, parent.ids | appended.ids)
+    current = Messages.of(value)
+    if current is None:
         return None
     kept = 0
     dropped: list[str] = []
-    for old in parent:
+    for old in parent.items:
         if kept < len(value) and (old is value[kept] or old == value[kept]):
             kept += 1
         else:
             dropped.append(cast(str, old.id))
-    return dropped, list(value[kept:])
-
-
-def _messages(value: Any) -> bool:
-    if not isinstance(value, list):
-        return False
-    ids = [getattr(m, "id", None) for m in value]
-    return (
-        all(isinstance(m, BaseMessage) for m in value)
-        and all(isinstance(i, str) and i for i in ids)
-        and len(set(ids)) == len(ids)
-    )
+    return dropped, list(value[kept:]), current
 
 
 def encode_put(
@@ -139,12 +164,13 @@ def encode_put(
     new_versions: ChannelVersions,
     parent: str | None,
     channel: str,
-    parent_messages: Sequence[Any] | None,
-) -> tuple[dict[str, Any], list[BaseMessage]]:
-    """The record of a checkpoint, and the messages it appends to the log.
+    parent_messages: Messages | None,
+) -> tuple[dict[str, Any], list[BaseMessage], Messages | None]:
+    """The record of a checkpoint, the messages it appends to the log, and its messages
+    list when it stored a delta.
 
-    `parent_messages` is the parent's value of the messages `channel` (`[]`
-    without a parent; None when it is not a messages list).
+    `parent_messages` is the parent's value of the messages `channel`
+    (`NO_MESSAGES` without a parent; None when it is not a messages list).
     """
     values = checkpoint["channel_values"]
     rest = {k: v for k, v in checkpoint.items() if k != "channel_values"}
@@ -156,11 +182,12 @@ def encode_put(
     }
     blobs: dict[str, list[Any]] = {}
     added: list[BaseMessage] = []
+    known: Messages | None = None
     for name, version in new_versions.items():
         if name == channel and name in values:
             delta = message_delta(parent_messages, values[name])
             if delta is not None:
-                dropped, added = delta
+                dropped, added, known = delta
                 record["messages"] = {
                     "channel": name,
                     "version": version,
@@ -170,7 +197,7 @@ def encode_put(
                 continue
         blobs[name] = [version, *(_typed(serde, values[name]) if name in values else ["empty", ""])]
     record["blobs"] = blobs
-    return record, added
+    return record, added, known
 
 
 def encode_writes(
@@ -328,7 +355,7 @@ class Thread:
         found, value = self._value(chain, channel, version, serde, channel, message_at, None)
         if not found:
             return []
-        return cast(list[BaseMessage], value) if _messages(value) or value == [] else None
+        return cast(list[BaseMessage], value) if isinstance(value, list) else None
 
     def _value(
         self,

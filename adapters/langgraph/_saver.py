@@ -47,11 +47,19 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from chatledger.adapters._handles import require_ledger
-from chatledger.adapters.langgraph._records import Thread, encode_put, encode_writes, read_thread
+from chatledger.adapters.langgraph._records import (
+    NO_MESSAGES,
+    Messages,
+    Thread,
+    encode_put,
+    encode_writes,
+    read_thread,
+)
 from chatledger.adapters.langgraph._translate import from_message, to_message
 from chatledger.store import (
     AsyncLedger,
     ConflictError,
+    ErasedError,
     InvalidInputError,
     Ledger,
     NotFoundError,
@@ -66,6 +74,7 @@ List = list  # `Saver.list` is LangGraph's method: inside the class, the builtin
 _PREFIX = "langgraph:"
 _RETRIES = 32
 _KEPT = 256  # messages lists remembered, for puts that follow a checkpoint this saver saw
+_UNSEEN: Any = object()  # a checkpoint whose messages list the saver does not know
 
 
 @dataclass(frozen=True)
@@ -183,7 +192,8 @@ class Saver(BaseCheckpointSaver[str]):
         self._tips: dict[str, str | None] = {}  # conversation id -> its head's tip, last seen
         self._turns = [threading.Lock() for _ in range(64)]  # a thread's writes take turns
         # (conversation id, checkpoint id) -> its messages list, as the graph holds it
-        self._lists: OrderedDict[tuple[str, str], List[BaseMessage]] = OrderedDict()
+        # (None: its channel holds something else)
+        self._lists: OrderedDict[tuple[str, str], Messages | None] = OrderedDict()
 
     # -- the faces -----------------------------------------------------------------------
 
@@ -407,9 +417,10 @@ class Saver(BaseCheckpointSaver[str]):
             checkpoint = thread.checkpoint(
                 checkpoint_id, self.serde, self.channel, message_at, memo
             )
-            messages = checkpoint["channel_values"].get(self.channel)
-            if isinstance(messages, list):
-                self._remember(conversation_id, checkpoint_id, messages)
+            if len(checkpoint_ids) == 1:  # what a graph that loads it puts after it
+                messages = checkpoint["channel_values"].get(self.channel)
+                known = NO_MESSAGES if messages is None else Messages.of(messages)
+                self._remember(conversation_id, checkpoint_id, known)
             tuples.append(
                 CheckpointTuple(
                     config=_config(thread_id, namespace, checkpoint_id),
@@ -518,20 +529,21 @@ class Saver(BaseCheckpointSaver[str]):
         conversation_id = yield from self._conversation(thread_id, namespace, create=True)
         assert conversation_id is not None
         thread: Thread | None = None
-        parent_messages: List[Any] | None = []
-        if parent is not None and self.channel in new_versions:
-            parent_messages = self._lists.get((conversation_id, parent))
-            if parent_messages is None:  # a parent this saver has not seen: read it
-                thread = yield from self._thread(conversation_id)
-                parent_messages = yield from self._messages(conversation_id, thread, parent)
-        record, added = encode_put(
+        parent_messages = (
+            NO_MESSAGES if parent is None else self._lists.get((conversation_id, parent), _UNSEEN)
+        )
+        if parent is not None and parent_messages is _UNSEEN and self.channel in new_versions:
+            # A parent this saver has not seen: read its list from the log.
+            thread = yield from self._thread(conversation_id)
+            parent_messages = yield from self._messages(conversation_id, thread, parent)
+        record, added, known = encode_put(
             self.serde,
             checkpoint,
             get_serializable_checkpoint_metadata(config, metadata),
             new_versions,
             parent,
             self.channel,
-            parent_messages,
+            None if parent_messages is _UNSEEN else parent_messages,
         )
         messages = [to_message(m, self.serde) for m in added]
         run_id = metadata.get("run_id")
@@ -546,11 +558,17 @@ class Saver(BaseCheckpointSaver[str]):
                 f"record, which holds at most a mebibyte of JSON; keep large values out of "
                 f"the graph's state (in a store, or as messages)."
             ) from error
-        # What the next checkpoint's messages follow from: this one's list (none is an
-        # empty one, as a read of the log would give).
-        values = checkpoint["channel_values"].get(self.channel, [])
-        if isinstance(values, list):
-            self._remember(conversation_id, checkpoint["id"], values)
+        # What the next checkpoint's messages follow from: this one's list, known
+        # without looking through it when it is its parent's or was just compared.
+        values = checkpoint["channel_values"].get(self.channel)
+        if known is None:
+            if values is None:  # no list: an empty one, as a read of the log gives
+                known = NO_MESSAGES
+            elif isinstance(parent_messages, Messages) and values is parent_messages.items:
+                known = parent_messages
+            else:
+                known = Messages.of(values)
+        self._remember(conversation_id, checkpoint["id"], known)
         return _config(thread_id, namespace, checkpoint["id"])
 
     def _put_writes(
@@ -642,17 +660,19 @@ class Saver(BaseCheckpointSaver[str]):
 
     def _messages(
         self, conversation_id: str, thread: Thread, checkpoint_id: str
-    ) -> Program[List[Any] | None]:
+    ) -> Program[Messages | None]:
         """A checkpoint's messages list, read from the log (None: not a messages list)."""
         if checkpoint_id not in thread.puts:
-            return []
+            return NO_MESSAGES
         try:
             message_at = yield from self._message_reader(conversation_id, thread, [checkpoint_id])
         except _Erased:  # no list to follow; the append is refused as erased
             return None
-        return thread.messages(checkpoint_id, self.serde, self.channel, message_at)
+        return Messages.of(thread.messages(checkpoint_id, self.serde, self.channel, message_at))
 
-    def _remember(self, conversation_id: str, checkpoint_id: str, messages: List[Any]) -> None:
+    def _remember(
+        self, conversation_id: str, checkpoint_id: str, messages: Messages | None
+    ) -> None:
         self._lists[(conversation_id, checkpoint_id)] = messages
         self._lists.move_to_end((conversation_id, checkpoint_id))
         while len(self._lists) > _KEPT:
@@ -667,13 +687,16 @@ class Saver(BaseCheckpointSaver[str]):
                 continue
             # After the conversation's creation: its head's history is empty, and a
             # checkpoint put afterwards starts a line of its own.
-            yield from _call(
-                "append_messages",
-                conversation_id,
-                [],
-                state={"tip": None, "hide": {"all": True}},
-                after=1,
-            )
+            try:
+                yield from _call(
+                    "append_messages",
+                    conversation_id,
+                    [],
+                    state={"tip": None, "hide": {"all": True}},
+                    after=1,
+                )
+            except ErasedError:
+                continue  # its subject was erased: nothing of it reads any more
             self._tips[conversation_id] = None
 
     def _delete_for_runs(self, run_ids: Sequence[str]) -> Program[None]:

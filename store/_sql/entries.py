@@ -284,23 +284,17 @@ def state_changes(
     tenant: str,
     conversation_id: str | None,
     run_id: str | None,
-    at: int | Position | None = None,
     opening: Opening = _unopened,
 ) -> list[Event]:
     """The `state.changed` events of a conversation (every branch of its own log, and
-    the lineage it continues from its source when it is a fork; only the lineage
-    ending `at` a position with it), or of the tenant's conversations stamped with
-    `run_id`, or both filters at once; oldest first, their payloads opened by
-    `opening`."""
+    the lineage it continues from its source when it is a fork), or of the tenant's
+    conversations stamped with `run_id`, or both filters at once; oldest first, their
+    payloads opened by `opening`."""
     query = sa.select(events).where(events.c.kind == "state.changed")
     if conversation_id is not None:
         conv = get_conversation(conn, tenant, conversation_id)
         reach = events.c.conversation_id == conv.id
-        if at is not None:
-            reach = projector.in_segments(
-                projector.lineage(conn, _log.resolve_position(conn, conv, at))
-            )
-        elif conv.forked_from is not None:
+        if conv.forked_from is not None:
             point = conv.forked_from
             inherited = projector.lineage(conn, Position(point.branch_id, point.position))
             reach = sa.or_(reach, projector.in_segments(inherited))

@@ -185,14 +185,15 @@ def test_a_put_after_its_parent_reads_nothing_of_the_thread(sync_store: Store) -
     app.invoke({"messages": [HumanMessage(content="1 + 1?")]}, thread("t"))
     ledger.calls.clear()
     app.invoke({"messages": [HumanMessage(content="2 + 2?")]}, thread("t"))
-    # One read of the thread when the run starts; then each checkpoint and each
-    # task's writes is an append (a write that races a checkpoint saved in the
-    # background may read the head's state, one row, to keep its line).
+    # One read of the thread when the run starts; then each of the run's five
+    # checkpoints and four tasks' writes is an append (a write that races a
+    # checkpoint saved in the background may read the head's state, one row, to
+    # keep its line, and append again).
     assert [c for c in ledger.calls if c not in ("append_messages", "conversation")] == [
         "state_changes",
         "entries",
     ]
-    assert ledger.calls.count("append_messages") >= 10
+    assert ledger.calls.count("append_messages") >= 9
 
 
 # -- what LangGraph does with a thread -----------------------------------------------------
@@ -269,6 +270,7 @@ async def test_erasing_the_threads_subject_erases_its_checkpoints(database_url: 
         await ledger.erase("user-of-t", reason="the user asked")
         assert await Saver(ledger).aget_tuple(thread("t")) is None
         assert [t async for t in Saver(ledger).alist(thread("t"))] == []
+        await Saver(ledger).adelete_thread("t")  # nothing of it reads: nothing to hide
         conv = (await ledger.conversation_by_key('langgraph:["t",""]')).id
         shown = repr(await ledger.history(conv))
         assert "SECRET" not in shown and ERASED_CONTENT in shown
