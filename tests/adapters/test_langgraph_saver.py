@@ -16,7 +16,12 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
+from langgraph.checkpoint.base import (
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    empty_checkpoint,
+)
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
 from langgraph.graph import END, START, MessagesState, StateGraph
@@ -274,6 +279,19 @@ async def test_erasing_the_threads_subject_erases_its_checkpoints(database_url: 
         conv = (await ledger.conversation_by_key('langgraph:["t",""]')).id
         shown = repr(await ledger.history(conv))
         assert "SECRET" not in shown and ERASED_CONTENT in shown
+
+
+def test_a_thread_lists_every_namespace_unless_one_is_named(sync_store: Store) -> None:
+    saver = Saver(sync_store.tenant(tenant()))
+    for namespace in ("", "tools:call-1", "tools:call-2"):
+        config: RunnableConfig = {"configurable": {"thread_id": "t", "checkpoint_ns": namespace}}
+        saver.put(config, empty_checkpoint(), {"source": "loop", "step": 0}, {})
+    assert len(list(saver.list({"configurable": {"thread_id": "t"}}))) == 3
+    named = {"configurable": {"thread_id": "t", "checkpoint_ns": "tools:call-2"}}
+    (only,) = saver.list(named)
+    assert only.config["configurable"]["checkpoint_ns"] == "tools:call-2"
+    saver.delete_thread("t")
+    assert list(Saver(saver.ledger).list({"configurable": {"thread_id": "t"}})) == []  # type: ignore[arg-type]
 
 
 def test_a_thread_lives_in_its_tenant(sync_store: Store) -> None:
