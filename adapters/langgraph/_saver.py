@@ -9,14 +9,17 @@
   record, by compare-and-set on the state's `tip` (the checkpoint the head's line
   ends with) when its parent is there; otherwise after its parent's record, which
   opens a branch (time travel, `update_state` from an old checkpoint). So every
-  checkpoint's history is its parent's plus what it added, and each write sits on
-  the branch of the line it was written in. A `put` reads nothing when the saver
-  knows the parent's messages (it put or loaded that checkpoint).
+  checkpoint's history is its parent's plus what it added. A `put` reads nothing
+  when the saver knows the parent's messages (it put or loaded that checkpoint).
+- A `put_writes` is a record at the head naming its checkpoint, keeping the
+  head's `tip`: LangGraph saves writes in the background, before or after the
+  checkpoint that follows them.
 - Reads (`get_tuple`, `list`) read the conversation's state changes and the
   messages of the checkpoint's history, and rebuild each checkpoint from them.
 - `delete_thread`, `delete_for_runs` and `prune` hide checkpoints (the log is
   append-only); `copy_thread` forks each namespace's conversation, sharing the
-  log. Erasing the thread's subject (`Ledger.erase`) erases its content.
+  log. Erasing the thread's subject (`Ledger.erase`) erases its messages, and
+  the thread reads as absent.
 
 One program per operation, written once: a generator that yields the ledger
 calls it makes, driven by `_drive` for a `Ledger` and `_adrive` for an
