@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from chatledger.store import AsyncLedger, Ledger
 
-__all__ = ["require_async_ledger"]
+__all__ = ["require_async_ledger", "require_ledger"]
 
 
 def require_async_ledger(ledger: object, backend: str) -> AsyncLedger:
@@ -24,5 +24,17 @@ def require_async_ledger(ledger: object, backend: str) -> AsyncLedger:
         )
     raise TypeError(
         f"{backend} needs an AsyncLedger (AsyncStore.open(...).tenant(name)), "
+        f"not {type(ledger).__name__}."
+    )
+
+
+def require_ledger(ledger: object, backend: str) -> Ledger | AsyncLedger:
+    """`ledger` when it is a `Ledger` or an `AsyncLedger`; else a `TypeError` that says
+    what to pass (a backend that serves a sync face and an async one)."""
+    if isinstance(ledger, Ledger | AsyncLedger):
+        return ledger
+    raise TypeError(
+        f"{backend} needs a tenant's handle: a Ledger (Store.open(...).tenant(name)) for "
+        f"sync calls or an AsyncLedger (AsyncStore.open(...).tenant(name)) for async ones, "
         f"not {type(ledger).__name__}."
     )

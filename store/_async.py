@@ -441,6 +441,12 @@ class AsyncLedger:
         """See `Ledger.entries`."""
         return await self._store.execute(self._ops.entries(conversation_id, at, last))
 
+    async def state_changes(
+        self, conversation_id: str | None = None, *, run_id: str | None = None
+    ) -> list[Event]:
+        """See `Ledger.state_changes`."""
+        return await self._store.execute(self._ops.state_changes(conversation_id, run_id))
+
     async def entry(self, event_id: str) -> Entry:
         """See `Ledger.entry`."""
         return await self._store.execute(self._ops.entry(event_id))

@@ -299,6 +299,25 @@ class Operations:
             fn=read,
         )
 
+    def state_changes(self, conversation_id: str | None, run_id: str | None) -> Op[list[Event]]:
+        if conversation_id is None and run_id is None:
+            raise InvalidInputError(
+                "state_changes needs a conversation id, a run id, or both: pass "
+                "conversation_id=... or run_id=...."
+            )
+        if conversation_id is not None:
+            check_id(conversation_id, "conversation")
+        if run_id is not None:
+            check_id(run_id, "run")
+        return self._op(
+            "reading state changes",
+            write=False,
+            opens=True,
+            fn=lambda c: _entries.state_changes(
+                c, self.tenant, conversation_id, run_id, self._opening(c)
+            ),
+        )
+
     def entry(self, event_id: str) -> Op[Entry]:
         check_id(event_id, "event")
         return self._op(
@@ -379,7 +398,7 @@ class Operations:
             _check_position(after, "after")
         state_text = None if state is None else _entries.encode_state(state)
         _check_expected_state(expected_state)
-        if state is not None and state_text is not None and clear:  # the last event: the state
+        if state is not None and state_text is not None:  # the last event (or the only one)
             clear.append(_entries.state_changed(state, state_text))
         tenant = self.tenant
         # The fast forms append at the head; a turn after another position,
@@ -443,7 +462,7 @@ class Operations:
             append: _append.Append,
             create_append: _append.CreateAppend,
         ) -> Callable[[Any], Appended | None] | None:
-            if not encoded or not plain:
+            if not messages or not plain:  # a state change alone: the general path
                 return None
 
             def attempt(handle: Any) -> Appended | None:

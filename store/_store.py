@@ -413,6 +413,15 @@ class Ledger:
         """The messages of the history at the head (or `at`), each with its event id and position, oldest first; only the last `last` with it, in one query. Unrepaired: each entry is a message as stored."""
         return self._store.execute(self._ops.entries(conversation_id, at, last))
 
+    def state_changes(
+        self, conversation_id: str | None = None, *, run_id: str | None = None
+    ) -> list[Event]:
+        """The `state.changed` events, oldest first, their payloads opened: those a
+        conversation's log holds (every branch, and the lineage a fork continues from
+        its source), or those stamped with `run_id` in any of the tenant's
+        conversations, or with both, those of the conversation stamped with the run."""
+        return self._store.execute(self._ops.state_changes(conversation_id, run_id))
+
     def entry(self, event_id: str) -> Entry:
         """The message with this event id, which its caller minted (`append_messages(ids=...)`)."""
         return self._store.execute(self._ops.entry(event_id))

@@ -290,6 +290,59 @@ def test_state_changes_by_compare_and_set_as_events(store: Store, ledger: Ledger
     head_flags_agree(ledger, conv.id)
 
 
+def test_a_state_change_alone_is_an_append(store: Store, ledger: Ledger) -> None:
+    conv = ledger.create_conversation()
+    first = ledger.append_messages(conv.id, [], state={"tip": "c1"}, expected_state={"tip": None})
+    assert [e.kind for e in first.events] == ["state.changed"] and first.head.position == 2
+    before = counts(store)
+    with pytest.raises(ConflictError):
+        ledger.append_messages(conv.id, [], state={"tip": "c2"}, expected_state={"tip": "c0"})
+    with pytest.raises(InvalidInputError, match="at least one message, or a state"):
+        ledger.append_messages(conv.id, [])
+    assert counts(store) == before
+    ledger.append_messages(conv.id, turn("q"), state={"tip": "c2"}, expected_state={"tip": "c1"})
+    run = new_id()
+    aside = ledger.append_messages(conv.id, [], after=first.head, state={"tip": "c3"}, run_id=run)
+    assert aside.head.branch_id != first.head.branch_id  # an edit branch after c1
+    assert aside.events[-1].run_id == run
+    assert ledger.conversation(conv.id).state == {"tip": "c3"} and ledger.history(conv.id) == []
+    head_flags_agree(ledger, conv.id)
+
+
+def test_state_changes_are_read_back_from_every_branch_and_a_forks_source(
+    ledger: Ledger,
+) -> None:
+    conv = ledger.create_conversation()
+    one = ledger.append_messages(conv.id, turn("q"), state={"n": 1})
+    ledger.append_messages(conv.id, turn("a"), state={"n": 2})
+    ledger.append_messages(conv.id, [], after=one.head, state={"n": 3})  # a branch after n=1
+    changes = ledger.state_changes(conv.id)
+    assert [e.payload["state"]["n"] for e in changes] == [1, 2, 3]
+    assert {e.kind for e in changes} == {"state.changed"}
+    assert changes[0].position == one.head.position and changes[0].branch_id == one.head.branch_id
+    fork = ledger.fork(conv.id)  # at the head: n=1, then n=3
+    ledger.append_messages(fork.id, [], state={"n": 4})
+    inherited = ledger.state_changes(fork.id)
+    assert [e.payload["state"]["n"] for e in inherited] == [1, 3, 4]
+    assert [e.conversation_id for e in inherited] == [conv.id, conv.id, fork.id]
+
+
+def test_state_changes_by_run_are_the_tenants_own(store: Store, ledger: Ledger) -> None:
+    run = new_id()
+    mine = ledger.create_conversation()
+    ledger.append_messages(mine.id, turn("q"), state={"k": "mine"}, run_id=run)
+    ledger.append_messages(mine.id, [], state={"k": "later"})
+    theirs = store.tenant(f"{ledger.tenant}-other")
+    other = theirs.create_conversation()
+    theirs.append_messages(other.id, [], state={"k": "theirs"}, run_id=run)
+    assert [e.payload for e in ledger.state_changes(run_id=run)] == [{"state": {"k": "mine"}}]
+    assert ledger.state_changes(mine.id, run_id=run)[0].conversation_id == mine.id
+    with pytest.raises(NotFoundError):
+        ledger.state_changes(other.id)
+    with pytest.raises(InvalidInputError, match="a conversation id, a run id, or both"):
+        ledger.state_changes()
+
+
 def test_state_changes_while_a_run_writes_past_the_head(ledger: Ledger) -> None:
     conv = ledger.create_conversation()
     ledger.append_messages(conv.id, turn("q"))
@@ -338,6 +391,9 @@ async def test_the_async_ledger_has_the_primitives(database_url: str, fast_paths
         entries = await ledger.entries(conv.id, last=1)
         moved = await ledger.move_head(conv.id, entries[0].position, state={"r": 3})
         assert moved.state == {"r": 3}
+        await ledger.append_messages(conv.id, [], state={"r": 4})
+        changes = await ledger.state_changes(conv.id)
+        assert [e.payload["state"]["r"] for e in changes] == [1, 2, 3, 4]
 
 
 # -- edges the fast forms must decide as the general path does ---------------------------

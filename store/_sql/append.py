@@ -975,7 +975,7 @@ def append_messages(
     `expected_state` is checked first.
     """
     if not encoded:
-        raise InvalidInputError("append_messages needs at least one message.")
+        raise InvalidInputError("append_messages needs at least one message, or a state.")
     check_append_options(expected, run_id, idempotency_key)
     created = _create_first(conn, tenant, conversation_id, metadata, seal) if create else None
     conv = get_conversation(conn, tenant, conversation_id, lock=True)

@@ -10,7 +10,8 @@ What agent frameworks need beside the chat-loop append:
 - `record_ids`: those ids, written in the append's transaction;
 - state: a JSON object per conversation that changes after creation, each
   change a `state.changed` event at the head, its current value kept on the
-  conversation row; `check_state` is the compare-and-set on its fields.
+  conversation row; `check_state` is the compare-and-set on its fields;
+  `state_changes`, those events read back (ADR 0036).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from chatledger.store._sql import projector
 from chatledger.store._sql.log import (
     canonical_json,
     create_branch,
+    event_from_row,
     get_conversation,
     insert_events,
     set_head,
@@ -53,6 +55,7 @@ __all__ = [
     "record_state",
     "set_state",
     "state_changed",
+    "state_changes",
     "store_state",
 ]
 
@@ -274,6 +277,41 @@ def state_changed(state: Mapping[str, Any], state_text: str) -> tuple[NewEvent, 
     state's canonical JSON (`encode_state`), so the payload's is its own."""
     payload = {"state": dict(state)}
     return NewEvent("state.changed", payload, origin="client"), '{"state":' + state_text + "}"
+
+
+def state_changes(
+    conn: Connection,
+    tenant: str,
+    conversation_id: str | None,
+    run_id: str | None,
+    opening: Opening = _unopened,
+) -> list[Event]:
+    """The `state.changed` events of a conversation (every branch of its own log, and
+    the lineage it continues from its source when it is a fork), or of the tenant's
+    conversations stamped with `run_id`, or both filters at once; oldest first, their
+    payloads opened by `opening`."""
+    query = sa.select(events).where(events.c.kind == "state.changed")
+    if conversation_id is not None:
+        conv = get_conversation(conn, tenant, conversation_id)
+        reach = events.c.conversation_id == conv.id
+        if conv.forked_from is not None:
+            point = conv.forked_from
+            inherited = projector.lineage(conn, Position(point.branch_id, point.position))
+            reach = sa.or_(reach, projector.in_segments(inherited))
+        query = query.where(reach)
+    if run_id is not None:
+        query = query.where(
+            events.c.run_id == run_id,
+            events.c.conversation_id.in_(
+                sa.select(conversations.c.id).where(conversations.c.tenant == tenant)
+            ),
+        )
+    rows = conn.execute(query.order_by(events.c.seq)).all()
+    texts = opening([r._mapping["payload"] for r in rows])
+    return [
+        replace(event_from_row(row), payload_json=text)
+        for row, text in zip(rows, texts, strict=True)
+    ]
 
 
 def store_state(conn: Connection, conversation_id: str, state_text: str) -> None:

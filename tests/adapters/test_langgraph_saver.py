@@ -1,0 +1,315 @@
+"""`Saver`, LangGraph's checkpointer over a chatledger tenant, on both backends.
+
+LangGraph's own conformance suite first (every capability the saver has), then
+what the suite does not look at: checkpoints rebuilt exactly from messages
+stored once, a put that reads nothing, time travel onto a branch of its own,
+deletion that hides, erasure, tenants, and the handle the saver is built from.
+"""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    empty_checkpoint,
+)
+from langgraph.checkpoint.conformance import checkpointer_test, validate
+from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.graph.state import CompiledStateGraph
+
+from chatledger.adapters.langgraph import Saver
+from chatledger.store import AsyncStore, Ledger, Store
+from chatledger.store._crypto import ERASED_CONTENT
+
+KEK = bytes(range(96, 128))
+
+
+def tenant() -> str:
+    return f"lg-{uuid.uuid4().hex[:8]}"
+
+
+def agent(state: MessagesState) -> dict[str, Any]:
+    """A model's stand-in: a tool call for each question, then an answer."""
+    last = state["messages"][-1]
+    n = len(state["messages"])
+    if isinstance(last, ToolMessage):
+        return {"messages": [AIMessage(content=f"the sum is {last.content}", id=f"a{n}")]}
+    call = {"name": "add", "args": {"a": n, "b": 1}, "id": f"call{n}"}
+    return {"messages": [AIMessage(content="", tool_calls=[call], id=f"a{n}")]}
+
+
+def tools(state: MessagesState) -> dict[str, Any]:
+    call = state["messages"][-1].tool_calls[0]  # type: ignore[attr-defined]
+    total = call["args"]["a"] + call["args"]["b"]
+    return {
+        "messages": [
+            ToolMessage(
+                content=str(total), tool_call_id=call["id"], name="add", id=f"t{call['id']}"
+            )
+        ]
+    }
+
+
+def route(state: MessagesState) -> str:
+    return "tools" if state["messages"][-1].tool_calls else END  # type: ignore[attr-defined]
+
+
+def graph(saver: Saver) -> CompiledStateGraph[Any, Any, Any, Any]:
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", tools)
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", route, ["tools", END])
+    builder.add_edge("tools", "agent")
+    return builder.compile(checkpointer=saver)
+
+
+def thread(name: str) -> RunnableConfig:
+    return {"configurable": {"thread_id": name}}
+
+
+@pytest.fixture
+def sync_store(database_url: str) -> Iterator[Store]:
+    with Store.open(database_url) as store:
+        yield store
+
+
+def conversation_id(ledger: Ledger, thread_id: str, namespace: str = "") -> str:
+    return ledger.conversation_by_key(f'langgraph:["{thread_id}","{namespace}"]').id
+
+
+# -- LangGraph's conformance suite ---------------------------------------------------------
+
+
+async def test_langgraphs_conformance_suite_passes_every_capability(database_url: str) -> None:
+    async with AsyncStore.open(database_url) as store:
+
+        @checkpointer_test(name="chatledger")
+        async def saver() -> Any:
+            yield Saver(store.tenant(tenant()))
+
+        report = await validate(saver)
+    failures = [f for r in report.results.values() for f in r.failures]
+    assert failures == []
+    assert {name for name, r in report.results.items() if r.detected} == {
+        c.value for c in ALL_CAPABILITIES
+    }
+    assert report.passed_all()
+
+
+# -- messages stored once, checkpoints rebuilt exactly -------------------------------------
+
+
+class Recording(Saver):
+    """A saver that keeps what LangGraph asked it to put."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        super().__init__(ledger)
+        self.put_checkpoints: dict[str, Checkpoint] = {}
+
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        self.put_checkpoints[checkpoint["id"]] = copy.deepcopy(checkpoint)
+        return super().put(config, checkpoint, metadata, new_versions)
+
+
+def test_every_checkpoint_is_rebuilt_as_it_was_put(sync_store: Store) -> None:
+    ledger = sync_store.tenant(tenant())
+    saver = Recording(ledger)
+    app = graph(saver)
+    for question in ("1 + 1?", "2 + 2?", "3 + 3?"):
+        app.invoke({"messages": [HumanMessage(content=question, id=question)]}, thread("t"))
+    fresh = Saver(ledger)  # another process: it knows nothing the first one saw
+    listed = {t.checkpoint["id"]: t for t in fresh.list(thread("t"))}
+    assert listed.keys() == saver.put_checkpoints.keys()
+    serde = saver.serde
+    for checkpoint_id, put in saver.put_checkpoints.items():
+        expected = serde.loads_typed(serde.dumps_typed(put))
+        assert listed[checkpoint_id].checkpoint == expected
+        assert fresh.get_tuple(listed[checkpoint_id].config).checkpoint == expected  # type: ignore[union-attr]
+
+
+def test_a_thread_stores_each_message_once_and_reads_as_a_chatledger_history(
+    sync_store: Store,
+) -> None:
+    ledger = sync_store.tenant(tenant())
+    app = graph(Saver(ledger))
+    for question in ("1 + 1?", "2 + 2?"):
+        state = app.invoke({"messages": [HumanMessage(content=question)]}, thread("t"))
+    conv = conversation_id(ledger, "t")
+    recorded = [e for e in ledger.events(conversation_id=conv) if e.kind == "message.recorded"]
+    assert len(recorded) == len(state["messages"]) == 8
+    history = ledger.history(conv)
+    assert [(m.role, m.content) for m in history] == [
+        ("user", "1 + 1?"),
+        ("assistant", ""),
+        ("tool", "2"),
+        ("assistant", "the sum is 2"),
+        ("user", "2 + 2?"),
+        ("assistant", ""),
+        ("tool", "6"),
+        ("assistant", "the sum is 6"),
+    ]
+    assert history[1].tool_calls[0].arguments == '{"a":1,"b":1}'
+    assert history[2].tool_call_id == "call1" and history[2].tool_name == "add"
+    assert ledger.verify(conv).ok
+
+
+class Calls(Ledger):
+    """A ledger that notes the name of every operation the saver calls."""
+
+    def __init__(self, store: Store, tenant: str) -> None:
+        super().__init__(store, tenant)
+        self.calls: list[str] = []
+
+    def __getattribute__(self, name: str) -> Any:
+        value = super().__getattribute__(name)
+        if not name.startswith("_") and callable(value):
+            super().__getattribute__("calls").append(name)
+        return value
+
+
+def test_a_put_after_its_parent_reads_nothing_of_the_thread(sync_store: Store) -> None:
+    ledger = Calls(sync_store, tenant())
+    app = graph(Saver(ledger))
+    app.invoke({"messages": [HumanMessage(content="1 + 1?")]}, thread("t"))
+    ledger.calls.clear()
+    app.invoke({"messages": [HumanMessage(content="2 + 2?")]}, thread("t"))
+    # One read of the thread when the run starts; then each of the run's five
+    # checkpoints and four tasks' writes is an append (a write that races a
+    # checkpoint saved in the background may read the head's state, one row, to
+    # keep its line, and append again).
+    assert [c for c in ledger.calls if c not in ("append_messages", "conversation")] == [
+        "state_changes",
+        "entries",
+    ]
+    assert ledger.calls.count("append_messages") >= 9
+
+
+# -- what LangGraph does with a thread -----------------------------------------------------
+
+
+def test_a_removed_message_leaves_the_state_and_stays_in_the_log(sync_store: Store) -> None:
+    ledger = sync_store.tenant(tenant())
+    app = graph(Saver(ledger))
+    state = app.invoke({"messages": [HumanMessage(content="1 + 1?")]}, thread("t"))
+    first = state["messages"][0]
+    app.update_state(thread("t"), {"messages": [RemoveMessage(id=first.id)]})  # type: ignore[arg-type]
+    kept = Saver(ledger).get_tuple(thread("t"))
+    assert kept is not None
+    assert [m.id for m in kept.checkpoint["channel_values"]["messages"]] == [
+        m.id for m in state["messages"][1:]
+    ]
+    assert ledger.history(conversation_id(ledger, "t"))[0].content == "1 + 1?"
+
+
+def test_time_travel_forks_onto_a_branch_of_its_own(sync_store: Store) -> None:
+    ledger = sync_store.tenant(tenant())
+    app = graph(Saver(ledger))
+    app.invoke({"messages": [HumanMessage(content="1 + 1?")]}, thread("t"))
+    history = list(app.get_state_history(thread("t")))
+    conv = conversation_id(ledger, "t")
+    before = ledger.conversation(conv).head
+    asked = next(s for s in history if s.values and len(s.values["messages"]) == 1)
+    forked = app.update_state(asked.config, {"messages": [HumanMessage(content="no, 2 + 2?")]})
+    state = app.invoke(None, forked)
+    assert [m.content for m in state["messages"]] == [
+        "1 + 1?",
+        "no, 2 + 2?",
+        "",
+        "3",
+        "the sum is 3",
+    ]
+    head = ledger.conversation(conv).head
+    assert head.branch_id != before.branch_id  # the fork is a branch; the first line stays
+    assert [m.content for m in ledger.history(conv)] == [m.content for m in state["messages"]]
+    assert [m.content for m in ledger.history(conv, at=before)][-1] == "the sum is 2"
+    everything = list(Saver(ledger).list(thread("t")))
+    assert {s.config["configurable"]["checkpoint_id"] for s in history} <= {
+        t.config["configurable"]["checkpoint_id"] for t in everything
+    }
+
+
+def test_a_deleted_thread_is_hidden_its_log_kept_and_its_id_free(sync_store: Store) -> None:
+    ledger = sync_store.tenant(tenant())
+    saver = Saver(ledger)
+    app = graph(saver)
+    app.invoke({"messages": [HumanMessage(content="1 + 1?")]}, thread("t"))
+    conv = conversation_id(ledger, "t")
+    logged = len(ledger.events(conversation_id=conv))
+    saver.delete_thread("t")
+    assert saver.get_tuple(thread("t")) is None and list(saver.list(thread("t"))) == []
+    assert ledger.history(conv) == []
+    assert len(ledger.events(conversation_id=conv)) > logged  # nothing removed from the log
+    state = app.invoke({"messages": [HumanMessage(content="2 + 2?")]}, thread("t"))
+    assert state["messages"][0].content == "2 + 2?"
+    assert Saver(ledger).get_tuple(thread("t")) is not None
+
+
+async def test_erasing_the_threads_subject_erases_its_checkpoints(database_url: str) -> None:
+    async with AsyncStore.open(database_url, kek=KEK) as store:
+        ledger = store.tenant(tenant())
+        saver = Saver(ledger, subject=lambda thread_id: f"user-of-{thread_id}")
+        app = graph(saver)
+        await app.ainvoke({"messages": [HumanMessage(content="SECRET 1 + 1?")]}, thread("t"))
+        await app.ainvoke(
+            {"messages": [HumanMessage(content="SECRET")]},
+            {"configurable": {"thread_id": "t", "checkpoint_ns": ""}},
+        )
+        assert await saver.aget_tuple(thread("t")) is not None
+        await ledger.erase("user-of-t", reason="the user asked")
+        assert await Saver(ledger).aget_tuple(thread("t")) is None
+        assert [t async for t in Saver(ledger).alist(thread("t"))] == []
+        await Saver(ledger).adelete_thread("t")  # nothing of it reads: nothing to hide
+        conv = (await ledger.conversation_by_key('langgraph:["t",""]')).id
+        shown = repr(await ledger.history(conv))
+        assert "SECRET" not in shown and ERASED_CONTENT in shown
+
+
+def test_a_thread_lists_every_namespace_unless_one_is_named(sync_store: Store) -> None:
+    saver = Saver(sync_store.tenant(tenant()))
+    for namespace in ("", "tools:call-1", "tools:call-2"):
+        config: RunnableConfig = {"configurable": {"thread_id": "t", "checkpoint_ns": namespace}}
+        saver.put(config, empty_checkpoint(), {"source": "loop", "step": 0}, {})
+    assert len(list(saver.list({"configurable": {"thread_id": "t"}}))) == 3
+    named = {"configurable": {"thread_id": "t", "checkpoint_ns": "tools:call-2"}}
+    (only,) = saver.list(named)
+    assert only.config["configurable"]["checkpoint_ns"] == "tools:call-2"
+    saver.delete_thread("t")
+    assert list(Saver(saver.ledger).list({"configurable": {"thread_id": "t"}})) == []  # type: ignore[arg-type]
+
+
+def test_a_thread_lives_in_its_tenant(sync_store: Store) -> None:
+    mine, theirs = sync_store.tenant(tenant()), sync_store.tenant(tenant())
+    graph(Saver(mine)).invoke({"messages": [HumanMessage(content="1 + 1?")]}, thread("t"))
+    other = Saver(theirs)
+    assert other.get_tuple(thread("t")) is None and list(other.list(None)) == []
+    assert len(list(Saver(mine).list(None))) > 0
+
+
+# -- the handle ----------------------------------------------------------------------------
+
+
+async def test_a_saver_serves_the_face_of_its_handle(database_url: str) -> None:
+    with pytest.raises(TypeError, match="a tenant's handle"):
+        Saver("acme")  # type: ignore[arg-type]
+    async with AsyncStore.open(database_url) as store:
+        with pytest.raises(TypeError, match="built from an AsyncLedger"):
+            Saver(store.tenant(tenant())).get_tuple(thread("t"))
+    with Store.open(database_url) as sync, pytest.raises(TypeError, match="built from a Ledger"):
+        await Saver(sync.tenant(tenant())).aget_tuple(thread("t"))
