@@ -9,11 +9,12 @@
     GET  /v1/runs/{id}                      one run and its timeline of events
     GET  /healthz, /openapi.json, /docs     open, without a key
 
-Every `/v1` request carries an API key, which chooses its tenant
+Every `/v1` request carries one API key, which chooses its tenant
 (`service._boundary`); no route takes a tenant from the request. Content
 classified RESTRICTED leaves neither for the model (the agent's
-`context_filter`) nor for the caller (`source_filter`, applied to every
-answer's sources, streamed or not).
+`context_filter`) nor for the caller: every answer's sources, streamed or
+not, lose their RESTRICTED hits before an application's own `source_filter`
+sees them, unless `unsafe_return_restricted_sources` opens that exit.
 """
 
 import asyncio
@@ -57,13 +58,14 @@ from chatledger.store import (
 __all__ = ["SourceFilter", "create_app", "drop_restricted_sources"]
 
 SourceFilter = Callable[[Sequence[Source]], Iterable[Source]]
-"""Chooses which of a run's sources may be returned to the caller."""
+"""Chooses which of a run's sources (RESTRICTED hits already dropped) reach the caller."""
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 
 
 def drop_restricted_sources(sources: Sequence[Source]) -> list[Source]:
-    """The sources that are not hits classified RESTRICTED: the default `source_filter`."""
+    """The sources that are not hits classified RESTRICTED: the caller's exit, which runs
+    before any `source_filter`."""
     return [s for s in sources if not s.restricted]
 
 
@@ -85,7 +87,8 @@ def create_app(
     store: AsyncStore | str,
     *,
     keys: ApiKeys,
-    source_filter: SourceFilter | None = drop_restricted_sources,
+    source_filter: SourceFilter | None = None,
+    unsafe_return_restricted_sources: bool = False,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     new_run_id: Callable[[], str] = new_id,
     replicas: Sequence[str] = (),
@@ -97,8 +100,13 @@ def create_app(
         store: an open `AsyncStore` (the caller closes it), or a database URL
             the application opens at startup and closes at shutdown.
         keys: the API keys and the tenant each opens.
-        source_filter: chooses which sources an answer returns; by default
-            `drop_restricted_sources`. `None` returns every source.
+        source_filter: chooses which sources an answer returns (a top-k, a
+            finer classification), from sources whose RESTRICTED hits are
+            already dropped (`drop_restricted_sources`): it cannot let them
+            back in. `None` returns them all.
+        unsafe_return_restricted_sources: opens the caller's exit on purpose:
+            RESTRICTED hits the run used (an agent with `context_filter=None`)
+            are returned with the answers, to whoever holds a key.
         max_body_bytes: the largest request body read (413 beyond).
         new_run_id: mints each run's id.
         replicas: with a database URL, the read replicas the store opens
@@ -110,7 +118,14 @@ def create_app(
             "replicas= goes with a database URL; an open AsyncStore was given, so open it "
             "with its replicas instead: AsyncStore.open(url, replicas=[...])."
         )
-    service = _Service(agent, store, source_filter, new_run_id, replicas)
+    if not isinstance(unsafe_return_restricted_sources, bool):
+        raise InvalidInputError(
+            f"unsafe_return_restricted_sources must be True or False, not "
+            f"{unsafe_return_restricted_sources!r}."
+        )
+    service = _Service(
+        agent, store, source_filter, unsafe_return_restricted_sources, new_run_id, replicas
+    )
     app = FastAPI(
         title="chatledger ask service",
         version=__version__,
@@ -258,6 +273,7 @@ class _Service:
         agent: Agent,
         store: AsyncStore | str,
         source_filter: SourceFilter | None,
+        return_restricted: bool,
         new_run_id: Callable[[], str],
         replicas: Sequence[str],
     ) -> None:
@@ -266,6 +282,7 @@ class _Service:
         self.url = store if isinstance(store, str) else None
         self._store = store if isinstance(store, AsyncStore) else None
         self.source_filter = source_filter
+        self.return_restricted = return_restricted
         self.new_run_id = new_run_id
         self.tasks: set[asyncio.Task[None]] = set()
 
@@ -298,8 +315,14 @@ class _Service:
         return task
 
     def answer(self, result: Result) -> AskResponse:
-        """The response of a completed run: its sources through the exit filter."""
+        """The response of a completed run: its sources through the caller's exit.
+
+        RESTRICTED hits are dropped before the application's `source_filter`
+        sees any source, so no filter of its own can let them back in.
+        """
         sources = result.sources
+        if not self.return_restricted:
+            sources = drop_restricted_sources(sources)
         if self.source_filter is not None:
             sources = list(self.source_filter(sources))
         return AskResponse.of(result, sources)
