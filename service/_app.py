@@ -36,9 +36,8 @@ from chatledger.service._boundary import TENANT_SCOPE_KEY, Boundary
 from chatledger.service._errors import (
     error_response,
     install_error_handlers,
-    run_error_detail,
-    sentence,
-    status_of_stage,
+    refusal_detail,
+    run_failure,
 )
 from chatledger.service._keys import ApiKeys
 from chatledger.service._models import AskRequest, AskResponse, ErrorBody, ForkRequest, ForkResponse
@@ -72,12 +71,15 @@ def drop_restricted_sources(sources: Sequence[Source]) -> list[Source]:
 _ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorBody, "description": text}
     for status, text in {
+        400: "The body is not JSON, or the request carries more than one Authorization header.",
         401: "No valid API key.",
         404: "No such conversation or run for the key's tenant.",
+        409: "Another run or writer holds the conversation; retry, or ask again.",
         413: "The body is over the service's limit.",
         422: "The request is malformed, or the guard refused the question.",
         500: "The run failed; `resume` names the run to resume.",
         502: "The model failed; `resume` names the run to resume.",
+        503: "The database is not migrated to this version.",
     }.items()
 }
 
@@ -165,8 +167,8 @@ def create_app(
                 owner="serve",
             )
         except RunError as error:
-            detail = await service.failure(ledger, error)
-            return error_response(status_of_stage(error.stage), detail.pop("message"), **detail)
+            status, detail = await service.failure(ledger, error)
+            return error_response(status, detail.pop("message"), **detail)
         return Response(service.answer(result).model_dump_json(), media_type="application/json")
 
     @app.post(
@@ -194,8 +196,8 @@ def create_app(
                 request.conversation_id,
                 request.history,
                 answer=lambda result: service.answer(result).model_dump(mode="json"),
-                failure=functools.partial(service.failure, ledger),
-                refusal=_refusal,
+                failure=functools.partial(service.failure_detail, ledger),
+                refusal=refusal_detail,
             )
         )
         # A client that stops reading but keeps its connection is treated as
@@ -261,10 +263,6 @@ def create_app(
     return app
 
 
-def _refusal(error: ChatledgerError) -> dict[str, Any]:
-    return {"type": "refused", "message": sentence(str(error))}
-
-
 class _Service:
     """What the routes share: the store, the runs in flight, the exit filter."""
 
@@ -327,15 +325,17 @@ class _Service:
             sources = list(self.source_filter(sources))
         return AskResponse.of(result, sources)
 
-    async def failure(self, ledger: AsyncLedger, error: RunError) -> dict[str, Any]:
-        """The error fields of a failed run; `resume` only if the log holds a run to resume."""
+    async def failure(self, ledger: AsyncLedger, error: RunError) -> tuple[int, dict[str, Any]]:
+        """The status and error fields of a failed run; `resume` only if the log holds a
+        run to resume."""
         try:
             recorded = await ledger.run(error.run_id)
             resumable = recorded.status in ("failed", "canceled")
         except ChatledgerError:
             resumable = False
-        return {
-            "type": "run_failed",
-            "message": sentence(str(error)),
-            **{k: v for k, v in run_error_detail(error, resumable).items() if v is not None},
-        }
+        return run_failure(error, resumable)
+
+    async def failure_detail(self, ledger: AsyncLedger, error: RunError) -> dict[str, Any]:
+        """The error fields of a failed run, as a stream's `error` event sends them."""
+        _, detail = await self.failure(ledger, error)
+        return detail
