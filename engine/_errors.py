@@ -23,6 +23,7 @@ FailureStage = Literal[
     "model",
     "tool",
     "store",
+    "conflict",
     "limit",
     "canceled",
     "disconnect",
@@ -53,7 +54,9 @@ class RunError(ChatledgerError):
             `retrieval` (the retriever raised), `processor` (the history
             processor raised or dropped the prompt), `model` (a model
             request failed), `tool` (a tool crashed, or the model made too
-            many invalid calls), `store` (the ledger failed a write), `limit`
+            many invalid calls), `store` (the ledger failed a write),
+            `conflict` (the run completed, but another writer had moved the
+            head meanwhile: ask again, a resume would meet the same head), `limit`
             (the agent's `max_requests` was reached), `canceled` (a tool
             canceled the run) or `disconnect` (the caller's task was
             canceled).

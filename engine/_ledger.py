@@ -15,7 +15,6 @@ from datetime import datetime
 from typing import Protocol, cast
 
 from chatledger.store import (
-    Appended,
     AsyncLedger,
     Conversation,
     Event,
@@ -34,16 +33,6 @@ __all__ = ["LedgerLike", "ThreadedLedger", "as_async"]
 class LedgerLike(Protocol):
     """The ledger calls a run makes, as coroutines (a subset of `AsyncLedger`)."""
 
-    async def conversation(self, conversation_id: str) -> Conversation: ...
-
-    async def create_conversation(self) -> Conversation: ...
-
-    async def move_head(self, conversation_id: str, to: int | Position) -> Conversation: ...
-
-    async def append_messages(
-        self, conversation_id: str, messages: Sequence[Message]
-    ) -> Appended: ...
-
     async def history(
         self,
         conversation_id: str,
@@ -60,11 +49,14 @@ class LedgerLike(Protocol):
         *,
         owner: str,
         run_id: str | None = None,
+        base: int | Position | None = None,
         resumes: str | None = None,
         model: str | None = None,
         instructions_digest: str | None = None,
         lease_seconds: float = 60.0,
         events: Sequence[NewEvent] = (),
+        create: bool = False,
+        exclusive: bool = False,
     ) -> RunCursor: ...
 
     async def record(
@@ -103,22 +95,6 @@ class ThreadedLedger:
     def __init__(self, ledger: Ledger) -> None:
         self.ledger = ledger
 
-    async def conversation(self, conversation_id: str) -> Conversation:
-        """See `Ledger.conversation`."""
-        return await asyncio.to_thread(self.ledger.conversation, conversation_id)
-
-    async def create_conversation(self) -> Conversation:
-        """See `Ledger.create_conversation`."""
-        return await asyncio.to_thread(self.ledger.create_conversation)
-
-    async def move_head(self, conversation_id: str, to: int | Position) -> Conversation:
-        """See `Ledger.move_head`."""
-        return await asyncio.to_thread(self.ledger.move_head, conversation_id, to)
-
-    async def append_messages(self, conversation_id: str, messages: Sequence[Message]) -> Appended:
-        """See `Ledger.append_messages`."""
-        return await asyncio.to_thread(self.ledger.append_messages, conversation_id, messages)
-
     async def history(
         self,
         conversation_id: str,
@@ -141,11 +117,14 @@ class ThreadedLedger:
         *,
         owner: str,
         run_id: str | None = None,
+        base: int | Position | None = None,
         resumes: str | None = None,
         model: str | None = None,
         instructions_digest: str | None = None,
         lease_seconds: float = 60.0,
         events: Sequence[NewEvent] = (),
+        create: bool = False,
+        exclusive: bool = False,
     ) -> RunCursor:
         """See `Ledger.start_run`."""
         return await asyncio.to_thread(
@@ -153,11 +132,14 @@ class ThreadedLedger:
             conversation_id,
             owner=owner,
             run_id=run_id,
+            base=base,
             resumes=resumes,
             model=model,
             instructions_digest=instructions_digest,
             lease_seconds=lease_seconds,
             events=events,
+            create=create,
+            exclusive=exclusive,
         )
 
     async def record(

@@ -46,6 +46,7 @@ from chatledger.engine.providers import DeltaCallback, Model, ModelError
 from chatledger.engine.tools import Canceled, Outcome
 from chatledger.store import (
     ChatledgerError,
+    ConflictError,
     HistoryError,
     HistoryProcessor,
     InvalidInputError,
@@ -53,9 +54,9 @@ from chatledger.store import (
     NewEvent,
     NotFoundError,
     Position,
-    ResumeConflictError,
     RunCursor,
     RunStateError,
+    SchemaError,
     ToolCall,
     Usage,
     from_pairs,
@@ -70,8 +71,11 @@ __all__ = ["Run", "RunAgent"]
 T = TypeVar("T")
 
 _CANCELED: tuple[FailureStage, ...] = ("canceled", "disconnect")
-# What the ledger refuses because of the caller's request, not a failure.
-_REFUSALS = (NotFoundError, ResumeConflictError, RunStateError, InvalidInputError)
+# What the ledger refuses outright, writing nothing: the caller's request (an
+# unknown conversation, bad input, a live run beside it, a run already resumed)
+# or a database without chatledger's tables. Before the run began, the caller
+# gets the ledger's own error: there is no run to resume.
+_REFUSALS = (NotFoundError, InvalidInputError, ConflictError, RunStateError, SchemaError)
 
 
 class _StoreFailed(Exception):
@@ -230,8 +234,12 @@ class Run:
             return "canceled", error
         if isinstance(error, asyncio.CancelledError):
             return "disconnect", error
+        if isinstance(error, ConflictError):
+            return "conflict", error  # the head moved while the run worked
         if isinstance(error, _StoreFailed):
             return "store", error.error
+        if isinstance(error, SchemaError):
+            return "store", error
         if isinstance(error, ModelError):
             return "model", error
         if isinstance(error, HistoryError):
@@ -272,37 +280,44 @@ class Run:
         # conversation. Ids stamped inside supplied history are untrusted and
         # choose nothing. An explicit id must name a conversation of this
         # tenant: an id that was never used and an id of another tenant both
-        # raise the store's NotFoundError here, before anything is written.
+        # make start_run raise the store's NotFoundError, writing nothing.
+        # A new conversation's id is minted here, and start_run creates it.
         explicit = self.explicit_conversation_id
-        if explicit is not None:
-            await self._store_step(self.ledger.conversation(explicit))
-            self.conversation_id = explicit
-        else:
-            self.conversation_id = (await self._store_step(self.ledger.create_conversation())).id
+        self.conversation_id = new_id() if explicit is None else explicit
+        base: int | None = None
+        supplied: list[Message] = []
         if self.supplied is not None:
-            sanitized, _ = sanitize_history(self.supplied)
+            supplied, _ = sanitize_history(self.supplied)
             if explicit is not None:
                 # The caller chose this conversation, and its history is the
-                # truth for this run: it goes on an edit branch from the
-                # conversation's start.
-                await self._store_step(self.ledger.move_head(self.conversation_id, 1))
-            if sanitized:
-                await self._store_step(self.ledger.append_messages(self.conversation_id, sanitized))
+                # truth for this run: the run opens a branch at the
+                # conversation's start, and the history is its first record.
+                base = 1
         self.instructions = await self.agent.resolve_instructions(
             RunContext(self.run_id, self.conversation_id, self.prompt)
         )
-        # The prompt is recorded with run.started, in one transaction, so a
-        # run never exists without the prompt it answers.
         self.prompt_message = self._stamp(Message(role="user", content=self.prompt))
+        # One write opens the run: the conversation (when new), the supplied
+        # history and the prompt go in the transaction of run.started, so a
+        # refused request writes nothing and a run never exists without the
+        # prompt it answers. Exclusive: beside a live run of the conversation
+        # this one could only conflict when it completes, so it is refused
+        # before it writes.
         self.cursor = await self._store_step(
             self.ledger.start_run(
                 self.conversation_id,
                 owner=self.owner,
                 run_id=self.run_id,
+                base=base,
                 model=self.agent.model.name,
                 instructions_digest=instructions_digest(self.instructions),
                 lease_seconds=self.lease_seconds,
-                events=[NewEvent.of_message(self.prompt_message, origin="client")],
+                events=[
+                    NewEvent.of_message(m, origin="client")
+                    for m in [*supplied, self.prompt_message]
+                ],
+                create=explicit is None,
+                exclusive=True,
             )
         )
 
@@ -551,9 +566,9 @@ class Run:
                 # start_run may have committed although its answer was lost.
                 run = await self.ledger.run(self.run_id)
             except ChatledgerError:
-                return self._error(stage, text, None)
+                return self._error(stage, text, None, recorded=False)
             if run.lease_owner != self.owner:
-                return self._error(stage, text, None)
+                return self._error(stage, text, None, recorded=False)
             self.cursor = RunCursor(
                 run.id, run.conversation_id, run.branch_id, run.position, self.owner, run.attempt
             )
@@ -611,16 +626,36 @@ class Run:
         messages, _ = normalize_history([self.prompt_message, *self.turns])
         return Partial(messages, self.usage, self.requests, self.tools_run)
 
-    def _error(self, stage: FailureStage, text: str, partial: Partial | None) -> RunError:
-        kept = "its partial is kept beyond the head" if partial else "no model turn completed"
+    def _error(
+        self, stage: FailureStage, text: str, partial: Partial | None, *, recorded: bool = True
+    ) -> RunError:
+        """The run's `RunError`, whose advice is what works for how it stopped.
+
+        `recorded`: whether the log holds the run (a run that never began has
+        nothing to resume, and a conversation it was to create does not exist).
+        """
+        if not recorded:
+            advice = "Nothing was recorded; start a new run."
+        elif stage == "conflict":
+            advice = (
+                "Its events are kept beyond the head, and a resume would meet the same moved "
+                "head. Ask again: a new run answers on the head as it is now."
+            )
+        else:
+            kept = "its partial is kept beyond the head" if partial else "no model turn completed"
+            advice = (
+                f"The conversation's head did not move; {kept}. Resume the run, or start a new one."
+            )
+        conversation_id = self.conversation_id
+        if not recorded and self.explicit_conversation_id is None and self.resumes is None:
+            conversation_id = ""  # the conversation the run was to open was never created
+        of = f" of conversation '{conversation_id}'" if conversation_id else ""
         return RunError(
-            f"Run '{self.run_id}' of conversation '{self.conversation_id}' stopped at stage "
-            f"{stage!r}: {text} The conversation's head did not move; {kept}. Resume the run, "
-            f"or start a new one.",
+            f"Run '{self.run_id}'{of} stopped at stage {stage!r}: {text} {advice}",
             stage=stage,
             partial=partial,
             run_id=self.run_id,
-            conversation_id=self.conversation_id,
+            conversation_id=conversation_id,
         )
 
 

@@ -9,11 +9,12 @@
     GET  /v1/runs/{id}                      one run and its timeline of events
     GET  /healthz, /openapi.json, /docs     open, without a key
 
-Every `/v1` request carries an API key, which chooses its tenant
+Every `/v1` request carries one API key, which chooses its tenant
 (`service._boundary`); no route takes a tenant from the request. Content
 classified RESTRICTED leaves neither for the model (the agent's
-`context_filter`) nor for the caller (`source_filter`, applied to every
-answer's sources, streamed or not).
+`context_filter`) nor for the caller: every answer's sources, streamed or
+not, lose their RESTRICTED hits before an application's own `source_filter`
+sees them, unless `unsafe_return_restricted_sources` opens that exit.
 """
 
 import asyncio
@@ -35,9 +36,8 @@ from chatledger.service._boundary import TENANT_SCOPE_KEY, Boundary
 from chatledger.service._errors import (
     error_response,
     install_error_handlers,
-    run_error_detail,
-    sentence,
-    status_of_stage,
+    refusal_detail,
+    run_failure,
 )
 from chatledger.service._keys import ApiKeys
 from chatledger.service._models import AskRequest, AskResponse, ErrorBody, ForkRequest, ForkResponse
@@ -57,25 +57,29 @@ from chatledger.store import (
 __all__ = ["SourceFilter", "create_app", "drop_restricted_sources"]
 
 SourceFilter = Callable[[Sequence[Source]], Iterable[Source]]
-"""Chooses which of a run's sources may be returned to the caller."""
+"""Chooses which of a run's sources (RESTRICTED hits already dropped) reach the caller."""
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 
 
 def drop_restricted_sources(sources: Sequence[Source]) -> list[Source]:
-    """The sources that are not hits classified RESTRICTED: the default `source_filter`."""
+    """The sources that are not hits classified RESTRICTED: the caller's exit, which runs
+    before any `source_filter`."""
     return [s for s in sources if not s.restricted]
 
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorBody, "description": text}
     for status, text in {
+        400: "The body is not JSON, or the request carries more than one Authorization header.",
         401: "No valid API key.",
         404: "No such conversation or run for the key's tenant.",
+        409: "Another run or writer holds the conversation; retry, or ask again.",
         413: "The body is over the service's limit.",
         422: "The request is malformed, or the guard refused the question.",
         500: "The run failed; `resume` names the run to resume.",
         502: "The model failed; `resume` names the run to resume.",
+        503: "The database is not migrated to this version.",
     }.items()
 }
 
@@ -85,7 +89,8 @@ def create_app(
     store: AsyncStore | str,
     *,
     keys: ApiKeys,
-    source_filter: SourceFilter | None = drop_restricted_sources,
+    source_filter: SourceFilter | None = None,
+    unsafe_return_restricted_sources: bool = False,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     new_run_id: Callable[[], str] = new_id,
     replicas: Sequence[str] = (),
@@ -97,8 +102,13 @@ def create_app(
         store: an open `AsyncStore` (the caller closes it), or a database URL
             the application opens at startup and closes at shutdown.
         keys: the API keys and the tenant each opens.
-        source_filter: chooses which sources an answer returns; by default
-            `drop_restricted_sources`. `None` returns every source.
+        source_filter: chooses which sources an answer returns (a top-k, a
+            finer classification), from sources whose RESTRICTED hits are
+            already dropped (`drop_restricted_sources`): it cannot let them
+            back in. `None` returns them all.
+        unsafe_return_restricted_sources: opens the caller's exit on purpose:
+            RESTRICTED hits the run used (an agent with `context_filter=None`)
+            are returned with the answers, to whoever holds a key.
         max_body_bytes: the largest request body read (413 beyond).
         new_run_id: mints each run's id.
         replicas: with a database URL, the read replicas the store opens
@@ -110,7 +120,14 @@ def create_app(
             "replicas= goes with a database URL; an open AsyncStore was given, so open it "
             "with its replicas instead: AsyncStore.open(url, replicas=[...])."
         )
-    service = _Service(agent, store, source_filter, new_run_id, replicas)
+    if not isinstance(unsafe_return_restricted_sources, bool):
+        raise InvalidInputError(
+            f"unsafe_return_restricted_sources must be True or False, not "
+            f"{unsafe_return_restricted_sources!r}."
+        )
+    service = _Service(
+        agent, store, source_filter, unsafe_return_restricted_sources, new_run_id, replicas
+    )
     app = FastAPI(
         title="chatledger ask service",
         version=__version__,
@@ -150,8 +167,8 @@ def create_app(
                 owner="serve",
             )
         except RunError as error:
-            detail = await service.failure(ledger, error)
-            return error_response(status_of_stage(error.stage), detail.pop("message"), **detail)
+            status, detail = await service.failure(ledger, error)
+            return error_response(status, detail.pop("message"), **detail)
         return Response(service.answer(result).model_dump_json(), media_type="application/json")
 
     @app.post(
@@ -179,8 +196,8 @@ def create_app(
                 request.conversation_id,
                 request.history,
                 answer=lambda result: service.answer(result).model_dump(mode="json"),
-                failure=functools.partial(service.failure, ledger),
-                refusal=_refusal,
+                failure=functools.partial(service.failure_detail, ledger),
+                refusal=refusal_detail,
             )
         )
         # A client that stops reading but keeps its connection is treated as
@@ -246,10 +263,6 @@ def create_app(
     return app
 
 
-def _refusal(error: ChatledgerError) -> dict[str, Any]:
-    return {"type": "refused", "message": sentence(str(error))}
-
-
 class _Service:
     """What the routes share: the store, the runs in flight, the exit filter."""
 
@@ -258,6 +271,7 @@ class _Service:
         agent: Agent,
         store: AsyncStore | str,
         source_filter: SourceFilter | None,
+        return_restricted: bool,
         new_run_id: Callable[[], str],
         replicas: Sequence[str],
     ) -> None:
@@ -266,6 +280,7 @@ class _Service:
         self.url = store if isinstance(store, str) else None
         self._store = store if isinstance(store, AsyncStore) else None
         self.source_filter = source_filter
+        self.return_restricted = return_restricted
         self.new_run_id = new_run_id
         self.tasks: set[asyncio.Task[None]] = set()
 
@@ -298,21 +313,29 @@ class _Service:
         return task
 
     def answer(self, result: Result) -> AskResponse:
-        """The response of a completed run: its sources through the exit filter."""
+        """The response of a completed run: its sources through the caller's exit.
+
+        RESTRICTED hits are dropped before the application's `source_filter`
+        sees any source, so no filter of its own can let them back in.
+        """
         sources = result.sources
+        if not self.return_restricted:
+            sources = drop_restricted_sources(sources)
         if self.source_filter is not None:
             sources = list(self.source_filter(sources))
         return AskResponse.of(result, sources)
 
-    async def failure(self, ledger: AsyncLedger, error: RunError) -> dict[str, Any]:
-        """The error fields of a failed run; `resume` only if the log holds a run to resume."""
+    async def failure(self, ledger: AsyncLedger, error: RunError) -> tuple[int, dict[str, Any]]:
+        """The status and error fields of a failed run; `resume` only if the log holds a
+        run to resume."""
         try:
             recorded = await ledger.run(error.run_id)
             resumable = recorded.status in ("failed", "canceled")
         except ChatledgerError:
             resumable = False
-        return {
-            "type": "run_failed",
-            "message": sentence(str(error)),
-            **{k: v for k, v in run_error_detail(error, resumable).items() if v is not None},
-        }
+        return run_failure(error, resumable)
+
+    async def failure_detail(self, ledger: AsyncLedger, error: RunError) -> dict[str, Any]:
+        """The error fields of a failed run, as a stream's `error` event sends them."""
+        _, detail = await self.failure(ledger, error)
+        return detail

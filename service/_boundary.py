@@ -1,10 +1,12 @@
-"""The service's boundary, before any route runs: body size and API keys.
+"""The service's boundary, before any route runs: API keys and body size.
 
 Both are plain ASGI middleware so they answer before the framework reads or
 parses a body: a 10 MB question is refused while it streams in, and a request
 without a valid key learns nothing else about itself (not even that its
-JSON is malformed). The tenant a key opens is put in the request's scope;
-no route takes a tenant from anywhere else.
+JSON is malformed). A request with more than one `Authorization` header is
+refused before its keys are looked at (400): no choice between them is made.
+The tenant a key opens is put in the request's scope; no route takes a
+tenant from anywhere else.
 """
 
 from __future__ import annotations
@@ -50,7 +52,8 @@ def _too_large_text(limit: int) -> str:
 
 
 class Boundary:
-    """Refuse bodies over `max_body_bytes` (413) and requests without a known key (401)."""
+    """Refuse ambiguous credentials (400), requests without a known key (401) and
+    bodies over `max_body_bytes` (413)."""
 
     def __init__(self, app: ASGIApp, *, keys: ApiKeys, max_body_bytes: int) -> None:
         self.app = app
@@ -62,7 +65,20 @@ class Boundary:
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        tenant = self._tenant(headers.get("authorization", ""))
+        authorizations = [
+            v.decode("latin-1") for k, v in scope["headers"] if k.lower() == b"authorization"
+        ]
+        if len(authorizations) > 1:
+            # Ambiguous credentials are refused, never resolved: a gateway in
+            # front that checked one of them must not have the service serve
+            # the other.
+            await error_response(
+                400,
+                f"The request carries {len(authorizations)} Authorization headers, and none "
+                f"of them was used: send exactly one, 'Authorization: Bearer <key>'.",
+            )(scope, receive, send)
+            return
+        tenant = self._tenant(authorizations[0] if authorizations else "")
         if tenant is None:
             await error_response(
                 401,

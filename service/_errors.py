@@ -31,9 +31,10 @@ from chatledger.store import (
 __all__ = [
     "error_response",
     "install_error_handlers",
-    "run_error_detail",
+    "refusal_detail",
+    "run_failure",
     "sentence",
-    "status_of_stage",
+    "store_status",
 ]
 
 _STATUS_TYPES = {
@@ -68,24 +69,52 @@ def error_response(
     return JSONResponse(body.model_dump(exclude_none=True), status, headers=dict(headers or {}))
 
 
-def status_of_stage(stage: str) -> int:
-    """The status of a run that stopped at `stage`.
+def store_status(error: ChatledgerError) -> int:
+    """The status of a request the store refused, by the kind of its error.
+
+    Another tenant's id is a 404 exactly like a missing one, because the
+    store refuses both alike; a database without chatledger's tables is a
+    503 on every route, as it is no fault of the request.
+    """
+    for kind, status in (
+        (NotFoundError, 404),
+        (InvalidInputError, 422),
+        (ConflictError, 409),
+        (SchemaError, 503),
+    ):
+        if isinstance(error, kind):
+            return status
+    return 500
+
+
+def refusal_detail(error: ChatledgerError) -> dict[str, Any]:
+    """The error fields of a request refused before its run began (a stream's `error`)."""
+    return {"type": _STATUS_TYPES[store_status(error)], "message": sentence(str(error))}
+
+
+def run_failure(error: RunError, resumable: bool) -> tuple[int, dict[str, Any]]:
+    """The status and error fields of a run that stopped: where, and which run to resume.
 
     The guard refusing the question is the request's fault (422); a model
-    that failed is an upstream failure (502); a client that went away never
-    reads an answer; every other stage is ours (500).
+    that failed is an upstream failure (502); a run that completed after
+    another writer moved the head is a conflict (409: ask again); a
+    database that lost chatledger's tables is unavailable (503), wherever
+    the run was; every other stage is ours (500). `resume` only when
+    `resumable` (the log holds the run, and a resume can move the head).
     """
-    return {"guard": 422, "model": 502}.get(stage, 500)
-
-
-def run_error_detail(error: RunError, resumable: bool) -> dict[str, Any]:
-    """The fields that say where a run stopped, and which run to resume."""
-    return {
+    if isinstance(error.__cause__, SchemaError):
+        status = 503
+    else:
+        status = {"guard": 422, "model": 502, "conflict": 409}.get(error.stage, 500)
+    detail = {
+        "type": {409: "conflict", 503: "unavailable"}.get(status, "run_failed"),
+        "message": sentence(str(error)),
         "stage": error.stage,
         "run_id": error.run_id,
         "conversation_id": error.conversation_id or None,
-        "resume": error.run_id if resumable else None,
+        "resume": error.run_id if resumable and status != 409 else None,
     }
+    return status, {k: v for k, v in detail.items() if v is not None}
 
 
 def sentence(text: str) -> str:
@@ -133,28 +162,9 @@ def install_error_handlers(app: FastAPI) -> None:
             message = sentence(str(error.detail))
         return error_response(error.status_code, message, headers=error.headers)
 
-    @app.exception_handler(RunError)
-    async def _run(_request: Request, error: RunError) -> Response:
-        # Reached only for a run refused before it began (the routes answer
-        # a failed run themselves, knowing whether it can be resumed).
-        return error_response(
-            status_of_stage(error.stage), sentence(str(error)), **run_error_detail(error, False)
-        )
-
     @app.exception_handler(ChatledgerError)
     async def _store(_request: Request, error: ChatledgerError) -> Response:
-        status = (
-            404
-            if isinstance(error, NotFoundError)
-            else 422
-            if isinstance(error, InvalidInputError)
-            else 409
-            if isinstance(error, ConflictError)
-            else 503
-            if isinstance(error, SchemaError)
-            else 500
-        )
-        return error_response(status, sentence(str(error)))
+        return error_response(store_status(error), sentence(str(error)))
 
     @app.exception_handler(Exception)
     async def _defect(_request: Request, error: Exception) -> Response:

@@ -586,6 +586,8 @@ class AsyncLedger:
         instructions_digest: str | None = None,
         lease_seconds: float = 60.0,
         events: Sequence[NewEvent] = (),
+        create: bool = False,
+        exclusive: bool = False,
     ) -> RunCursor:
         """See `Ledger.start_run`."""
         return await self._store.execute(
@@ -599,6 +601,8 @@ class AsyncLedger:
                 instructions_digest=instructions_digest,
                 owner=owner,
                 lease_seconds=lease_seconds,
+                create=create,
+                exclusive=exclusive,
             )
         )
 

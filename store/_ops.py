@@ -638,8 +638,19 @@ class Operations:
         )
 
     def start_run(
-        self, conversation_id: str, events: Sequence[NewEvent], **options: Any
+        self,
+        conversation_id: str,
+        events: Sequence[NewEvent],
+        *,
+        create: bool = False,
+        exclusive: bool = False,
+        **options: Any,
     ) -> Op[RunCursor]:
+        for name, flag in (("create", create), ("exclusive", exclusive)):
+            if not isinstance(flag, bool):
+                raise InvalidInputError(f"{name} must be True or False, not {flag!r}.")
+        if create:
+            check_new_id(conversation_id, "conversation")
         initial = _log.encode_events(events)
         self._moving_head(conversation_id)
 
@@ -648,11 +659,20 @@ class Operations:
                 f"starting a run on conversation '{conversation_id}'",
                 write=True,
                 fn=lambda c: _runs.start_run(
-                    c, self.tenant, conversation_id, initial=seal.events(initial), **options
+                    c,
+                    self.tenant,
+                    conversation_id,
+                    initial=seal.events(initial),
+                    create=create,
+                    exclusive=exclusive,
+                    seal=seal,
+                    **options,
                 ),
             )
 
-        return replace(build(PLAIN), sealing=Sealing(self.tenant, conversation_id, build))
+        return replace(
+            build(PLAIN), sealing=Sealing(self.tenant, conversation_id, build, create=create)
+        )
 
     def record(
         self, cursor: RunCursor, new_events: Sequence[NewEvent], idempotency_key: str | None

@@ -591,10 +591,21 @@ class Ledger:
         instructions_digest: str | None = None,
         lease_seconds: float = 60.0,
         events: Sequence[NewEvent] = (),
+        create: bool = False,
+        exclusive: bool = False,
     ) -> RunCursor:
         """Start a run at `base` (default the head), leased to `owner`.
 
         `events` (the run's prompt) are recorded with `run.started`, atomically.
+
+        Args:
+            create: the run opens a new conversation: `conversation_id` (a
+                new id) is created in the same transaction, so a refused
+                start leaves no conversation behind.
+            exclusive: refuse the start with `ConflictError`, writing nothing,
+                while another run of the conversation is live (running, its
+                lease not expired): one run at a time, where a second one's
+                completion could only conflict.
         """
         return self._store.execute(
             self._ops.start_run(
@@ -607,6 +618,8 @@ class Ledger:
                 instructions_digest=instructions_digest,
                 owner=owner,
                 lease_seconds=lease_seconds,
+                create=create,
+                exclusive=exclusive,
             )
         )
 

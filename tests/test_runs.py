@@ -9,6 +9,7 @@ import sqlalchemy as sa
 
 from chatledger.store import (
     ConflictError,
+    InvalidInputError,
     LeaseError,
     Ledger,
     Message,
@@ -18,6 +19,7 @@ from chatledger.store import (
     RunStateError,
     StorageError,
     Store,
+    new_id,
 )
 from chatledger.store.schema import events, view_entries
 
@@ -105,6 +107,44 @@ def test_completed_run_moves_the_head_only_by_compare_and_set(ledger: Ledger) ->
     assert (lost.status, lost.stage) == ("failed", "conflict")
     kinds = [e.kind for e in ledger.events(run_id=second.run_id)]
     assert kinds == ["branch.created", "run.started", "message.recorded", "run.failed"]
+
+
+def test_an_exclusive_start_is_refused_while_another_run_is_live_and_writes_nothing(
+    ledger: Ledger,
+) -> None:
+    conv = ledger.create_conversation()
+    live = ledger.start_run(conv.id, owner="w1")
+    before = ledger.events(conversation_id=conv.id)
+    with pytest.raises(ConflictError, match=live.run_id) as caught:
+        ledger.start_run(conv.id, owner="w2", exclusive=True, events=[said("second")])
+    assert "Retry once it has ended" in str(caught.value)
+    assert ledger.events(conversation_id=conv.id) == before
+    ledger.complete_run(live)
+    after = ledger.start_run(conv.id, owner="w2", exclusive=True)  # the retry the error advises
+    ledger.complete_run(after)
+
+
+def test_a_run_whose_lease_expired_does_not_hold_the_conversation(ledger: Ledger) -> None:
+    conv = ledger.create_conversation()
+    ledger.start_run(conv.id, owner="crashed", lease_seconds=0)
+    cursor = ledger.start_run(conv.id, owner="w2", exclusive=True)
+    ledger.complete_run(cursor)
+
+
+def test_a_run_that_creates_its_conversation_writes_it_in_its_own_transaction(
+    ledger: Ledger,
+) -> None:
+    conversation_id = new_id()
+    prompt = NewEvent.of_message(user("hi"), origin="client")
+    cursor = ledger.start_run(conversation_id, owner="w", create=True, events=[prompt])
+    ledger.complete_run(cursor)
+    assert contents(ledger, conversation_id) == ["hi"]
+    kinds = [e.kind for e in ledger.events(conversation_id=conversation_id)]
+    assert kinds == ["conversation.created", "run.started", "message.recorded", "run.completed"]
+    refused = NewEvent.of_message(user("lone \udfff"), origin="client")
+    with pytest.raises(InvalidInputError):
+        ledger.start_run(new_id(), owner="w", create=True, events=[refused])
+    assert [c.id for c in ledger.conversations()] == [conversation_id]
 
 
 def test_append_while_a_run_is_open_branches_off_the_head(ledger: Ledger) -> None:

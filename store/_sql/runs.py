@@ -158,11 +158,19 @@ def start_run(
     owner: str,
     lease_seconds: float,
     initial: Sequence[tuple[NewEvent, str]] = (),
+    create: bool = False,
+    exclusive: bool = False,
+    seal: Seal = PLAIN,
 ) -> RunCursor:
     """Open a run at `base` (default: the head) and record `run.started`.
 
     `initial` events (the run's prompt) are recorded right after it, in the
-    same transaction: a run never exists without its prompt.
+    same transaction: a run never exists without its prompt. With `create`,
+    the run opens a new conversation: `conversation_id` is created first, in
+    the same transaction (an id that is taken is the `ConflictError` of
+    `create_conversation`). With `exclusive`, the run is refused
+    (`ConflictError`, nothing written) while another run of the conversation
+    is live: running, its lease not expired on the database's clock.
 
     A base at its branch's tip is appended to directly; any other base opens
     a new branch. A resume always opens a `resume` branch, and the unique key
@@ -178,7 +186,11 @@ def start_run(
         check_text(instructions_digest, "instructions digest")
     if resumes is not None:
         check_id(resumes, "run")
+    if create:
+        _log.create_conversation(conn, tenant, None, conversation_id=conversation_id, seal=seal)
     conv = _log.get_conversation(conn, tenant, conversation_id, lock=True)
+    if exclusive:
+        _refuse_beside_a_live_run(conn, conv)
     if given is not None:
         # The key is (conversation_id, id): a caller's id is checked under a
         # lock on it, so two conversations cannot both take it. (A minted
@@ -260,6 +272,28 @@ def start_run(
             conversations.update().where(conversations.c.id == conv.id).values(head_open=False)
         )
     return RunCursor(run_id, conv.id, branch_id, started[-1].position, owner, 1)
+
+
+def _refuse_beside_a_live_run(conn: Connection, conv: Conversation) -> None:
+    """`ConflictError` when a run of `conv` is live; under the conversation's row
+    lock, so that of two racing exclusive starts one is refused."""
+    live = conn.execute(
+        sa.select(runs.c.id, runs.c.lease_expires_at)
+        .where(
+            runs.c.conversation_id == conv.id,
+            runs.c.status == "running",
+            runs.c.lease_expires_at > db_now(conn),
+        )
+        .limit(1)
+    ).first()
+    if live is not None:
+        raise ConflictError(
+            f"Conversation '{conv.id}' is answering run '{live.id}', and a conversation "
+            f"takes one run at a time; nothing was written. Retry once it has ended (its "
+            f"lease runs out at {_log.utc(live.lease_expires_at):%Y-%m-%d %H:%M:%S} UTC if its "
+            f"process died).",
+            conversation_id=conv.id,
+        )
 
 
 def _run_taken(conn: Connection, run_id: str) -> bool:

@@ -14,6 +14,7 @@ from chatledger.engine import Agent, Hit, RunContext, RunError, ToolFailed, tool
 from chatledger.engine.providers import ModelResponseError
 from chatledger.engine.providers.scripted import ScriptedModel
 from chatledger.store import (
+    ConflictError,
     HistoryProcessor,
     InvalidInputError,
     Ledger,
@@ -225,6 +226,75 @@ def test_an_unknown_conversation_id_and_another_tenants_are_refused_alike(
         shapes.append(str(caught.value).replace(conversation_id, "<id>"))
     assert shapes[0] == shapes[1]
     assert (ledger.events(), other.events()) == before
+
+
+UNENCODABLE = "a lone \udfff"  # no database column takes it: the store refuses it
+
+
+@pytest.mark.parametrize("conversation", ["new", "existing"])
+@pytest.mark.parametrize("refused", ["history", "prompt"])
+def test_a_refused_request_writes_nothing(ledger: Ledger, conversation: str, refused: str) -> None:
+    """No conversation, branch, head move or message: the run opens in one transaction."""
+    conversation_id = None
+    if conversation == "existing":
+        conversation_id = ledger.create_conversation().id
+        ledger.append_messages(conversation_id, [Message(role="user", content="kept")])
+    before = (ledger.conversations(), ledger.events())
+    text = UNENCODABLE if refused == "history" else "fine"
+    prompt = UNENCODABLE if refused == "prompt" else "go"
+    agent = Agent(ScriptedModel(["never"]))
+    with pytest.raises(InvalidInputError, match="surrogate"):
+        agent.run_with_history(
+            ledger, [Message(role="user", content=text)], prompt, conversation_id=conversation_id
+        )
+    with pytest.raises(InvalidInputError, match="surrogate"):
+        agent.run(ledger, prompt, conversation_id, history=[("user", text)])
+    assert (ledger.conversations(), ledger.events()) == before
+    assert agent.model.requests == []
+
+
+def test_instructions_that_fail_write_nothing_and_advise_no_resume(ledger: Ledger) -> None:
+    def broken(_context: RunContext) -> str:
+        raise RuntimeError("the instructions service is down")
+
+    with pytest.raises(RunError) as caught:
+        Agent(ScriptedModel(["never"]), instructions_fn=broken).run(ledger, "go")
+    assert "the instructions service is down" in str(caught.value)
+    assert "Resume" not in str(caught.value) and caught.value.partial is None
+    assert (ledger.conversations(), ledger.events()) == ([], [])
+
+
+def test_a_run_while_another_is_live_is_refused_before_it_writes(ledger: Ledger) -> None:
+    conversation_id = ledger.create_conversation().id
+    live = ledger.start_run(conversation_id, owner="elsewhere")
+    before = ledger.events()
+    model = ScriptedModel(["never"])
+    with pytest.raises(ConflictError, match=live.run_id):
+        Agent(model).run(ledger, "go", conversation_id)
+    assert ledger.events() == before and model.requests == []
+    ledger.fail_run(live, stage="model", error="gone")
+    assert Agent(ScriptedModel(["ok"])).run(ledger, "go", conversation_id).output == "ok"
+
+
+def test_a_run_whose_head_moved_meanwhile_fails_at_stage_conflict_and_asking_again_works(
+    ledger: Ledger,
+) -> None:
+    conversation_id = ledger.create_conversation().id
+
+    @tool
+    def meanwhile() -> str:
+        """Another writer appends to the conversation while the run works."""
+        ledger.append_messages(conversation_id, [Message(role="user", content="meanwhile")])
+        return "done"
+
+    script = [Message(role="assistant", tool_calls=[ToolCall(id="m", name="meanwhile")]), "late"]
+    with pytest.raises(RunError) as caught:
+        Agent(ScriptedModel(script), tools=[meanwhile]).run(ledger, "go", conversation_id)
+    assert caught.value.stage == "conflict"
+    assert "Ask again" in str(caught.value) and "Resume" not in str(caught.value)
+    assert [m.content for m in ledger.history(conversation_id)] == ["meanwhile"]
+    again = Agent(ScriptedModel(["answered"])).run(ledger, "go", conversation_id)
+    assert [m.content for m in again.messages] == ["meanwhile", "go", "answered"]
 
 
 def test_history_processor_runs_before_repair(ledger: Ledger) -> None:

@@ -93,14 +93,24 @@ def echo_agent(**options: Any) -> Agent:
     )
 
 
-def blocking_agent(started: asyncio.Event | None = None) -> Agent:
-    """Calls `wait`, a tool that never returns on its own: a run to cancel."""
+def blocking_agent(
+    started: asyncio.Event | None = None, release: asyncio.Event | None = None
+) -> Agent:
+    """Calls `wait`, a tool whose first call returns once `release` is set (never,
+    without it) and every later call at once: a run that stays live until the test
+    lets it finish, or cancels it, and others beside it that do not wait."""
+    calls = 0
 
     @tool
     async def wait(reason: str) -> str:
         """Wait."""
-        await asyncio.Event().wait()
-        return "never"
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            if started is not None:
+                started.set()
+            await (release or asyncio.Event()).wait()
+        return "released"
 
     def script(request: ModelRequest) -> Message | str:
         if results_since_prompt(request):

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from chatledger.engine import Agent, Hit
+from chatledger.engine import Agent, Hit, Source
 from chatledger.engine.providers.scripted import ScriptedModel
 from chatledger.service import create_app
 from chatledger.store import AsyncStore, Store, new_id
@@ -208,7 +208,7 @@ async def test_restricted_content_leaves_at_neither_exit(
     # Both exits open: the marker reaches the model and the caller, so this
     # test can fail.
     open_agent = echo_agent(retriever=leaky_retriever, context_filter=None)
-    leaked = await _ask(client_for(open_agent, source_filter=None), route, body)
+    leaked = await _ask(client_for(open_agent, unsafe_return_restricted_sources=True), route, body)
     assert LEAK in open_agent.model.requests[0].body.decode()
     assert LEAK in leaked
     # Only the caller's exit filtering: the model sees it, the caller does not.
@@ -227,3 +227,31 @@ async def test_restricted_content_leaves_at_neither_exit(
     assert "Public fact." in agent.model.requests[0].body.decode()
     assert LEAK not in answered and "kb-closed" not in answered
     assert "kb-open" in answered
+
+
+@pytest.mark.parametrize("route", ["/v1/ask", "/v1/ask/stream"])
+async def test_restricted_sources_are_dropped_before_a_custom_source_filter_sees_them(
+    client_for: Client, route: str
+) -> None:
+    seen: list[str] = []
+
+    def top_k(sources: Sequence[Source]) -> list[Source]:
+        """A filter of the application's own, which keeps whatever it is given."""
+        seen.extend(s.ref for s in sources)
+        return list(sources)[:5]
+
+    def agent() -> Agent:  # the model's exit open: only the caller's exit holds
+        return Agent(
+            ScriptedModel(["An answer that repeats nothing."]),
+            retriever=leaky_retriever,
+            context_filter=None,
+        )
+
+    body = {"question": "Tell me everything."}
+    answered = await _ask(client_for(agent(), source_filter=top_k), route, body)
+    assert LEAK not in answered and "kb-closed" not in answered and "kb-open" in answered
+    assert seen == ["kb-open"]
+    # Opened on purpose, by its loud name: the same filter now returns the hit, so
+    # this test fails if the drop is removed.
+    opened = client_for(agent(), source_filter=top_k, unsafe_return_restricted_sources=True)
+    assert LEAK in await _ask(opened, route, body)

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -42,6 +43,44 @@ def test_ask_and_stream_over_a_real_socket(
     ledger = sync_store.tenant(tenants.a)
     runs = ledger.runs(conversation_id=answer["conversation_id"])
     assert [r.status for r in runs] == ["completed", "completed"]
+
+
+def _raw(url: str, request_line: str, headers: list[str], body: bytes = b"") -> tuple[int, Any]:
+    """One request as raw bytes (httpx would merge repeated headers); its status and JSON."""
+    address = httpx.URL(url)
+    assert address.host and address.port
+    lines = [request_line, f"Host: {address.host}:{address.port}", "Connection: close", *headers]
+    lines += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
+    with socket.create_connection((address.host, address.port), timeout=60) as sock:
+        sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
+        received = b"".join(iter(lambda: sock.recv(65536), b""))
+    head, _, payload = received.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), json.loads(payload)
+
+
+def test_two_authorization_headers_are_400_in_any_order_and_write_nothing(
+    serve: Callable[..., Server], tenants: Tenants, sync_store: Store
+) -> None:
+    """A gateway that checks only the first header cannot be bypassed by a second one."""
+    server = serve(weather_agent())
+    a, b = f"Authorization: Bearer {tenants.key_a}", f"Authorization: Bearer {tenants.key_b}"
+    invalid = "Authorization: Bearer not-a-key"
+    ask = b'{"question": "Weather?"}'
+    for pair in [(a, b), (b, a), (invalid, a), (a, invalid), (a, a)]:
+        for request_line, body in [
+            ("POST /v1/ask HTTP/1.1", ask),
+            ("POST /v1/ask/stream HTTP/1.1", ask),
+            (f"GET /v1/conversations/{new_id()}/runs HTTP/1.1", b""),
+        ]:
+            status, error = _raw(server.url, request_line, list(pair), body)
+            assert status == 400, (pair, request_line, error)
+            assert "2 Authorization headers" in error["error"]["message"]
+    for tenant in (tenants.a, tenants.b):
+        ledger = sync_store.tenant(tenant)
+        assert (ledger.conversations(), ledger.events()) == ([], [])
+    # One header of the same request is served: the refusal is the duplicate's alone.
+    status, answer = _raw(server.url, "POST /v1/ask HTTP/1.1", [a], ask)
+    assert status == 200 and answer["answer"].startswith("Summary:")
 
 
 def _wait_for(condition: Callable[[], Any], what: str, seconds: float = 30.0) -> Any:
