@@ -586,7 +586,7 @@ def test_an_import_cannot_bring_ciphertext_under_another_subjects_key(
     victim, attacker, mine, renamed = _victim_and_attackers_export(sealed_store, sealed)
     # Forge the file as an attacker can: fresh ids, no key record, the message's
     # payload the victim's ciphertext, every hash recomputed.
-    forged = _forged_export(renamed, _stored_payloads(sealed_store, victim.id))
+    forged = _forged_export(renamed, payload=_stolen(_stored_payloads(sealed_store, victim.id)))
     with pytest.raises(ImportFileError, match="not the key of the conversation's subject"):
         attacker.import_file(io.StringIO(forged))
     assert [c.id for c in attacker.conversations()] == [mine.id]  # nothing was written
@@ -606,10 +606,10 @@ def test_an_import_cannot_bring_ciphertext_in_a_message_field_or_in_metadata(
     victim, attacker, mine, renamed = _victim_and_attackers_export(sealed_store, sealed)
     stolen = _stored_payloads(sealed_store, victim.id)
     if forged == "embedded":
-        text = _forged_export(renamed, stolen, embed=True)
+        text = _forged_export(renamed, payload=_stolen(stolen, embed=True))
         refusal = "reserves for the messages it stores encrypted"
     else:
-        text = _forged_export(renamed, stolen, metadata=_stored_metadata(sealed_store, victim.id))
+        text = _forged_export(renamed, metadata=_stored_metadata(sealed_store, victim.id))
         refusal = "not the key of the conversation's subject"
     with pytest.raises(ImportFileError, match=refusal):
         attacker.import_file(io.StringIO(text))
@@ -640,39 +640,42 @@ def _victim_and_attackers_export(
     return victim, attacker, mine, renamed
 
 
+def _stolen(victim: list[tuple[str, str]], *, embed: bool = False) -> str:
+    """The victim's message ciphertext; `embed`: as a `sealed` member of a message
+    that is not in the sealed layout."""
+    stolen = next(p for k, p in victim if k == "message.recorded")
+    if not embed:
+        return stolen
+    envelope = json.loads(stolen)
+    return json.dumps(
+        {"role": envelope["role"], "sealed": envelope["sealed"]}, separators=(",", ":")
+    )
+
+
 def _forged_export(
     text: str,
-    victim: list[tuple[str, str]],
     *,
-    embed: bool = False,
+    payload: str | None = None,
+    kind: str = "message.recorded",
     metadata: str | None = None,
 ) -> str:
-    """`text` without its key record, its message payload replaced by the victim's
-    ciphertext, every hash after it and the end record recomputed. `embed`: the
-    ciphertext as a `sealed` member of a message that is not in the sealed layout;
-    `metadata`: the conversation's stored metadata replaced too (keeping the
-    message's own payload when `metadata` alone is forged)."""
+    """`text` without its key record, with the `payload` of its events of `kind` and the
+    conversation's stored `metadata` replaced where given, every hash and the end
+    record recomputed."""
     import hashlib
 
     from chatledger.store._sql import chain as _chain
 
-    stolen: str | None = next(p for k, p in victim if k == "message.recorded")
-    if embed:
-        envelope = json.loads(stolen or "")
-        stolen = json.dumps(
-            {"role": envelope["role"], "sealed": envelope["sealed"]}, separators=(",", ":")
-        )
     records = [json.loads(line) for line in text.splitlines()]
     records = [r for r in records if r.get("type") != "subjectKey"]
     if metadata is not None:
-        stolen = None
         next(r for r in records if r.get("type") == "conversation")["metadata"] = metadata
     previous = _chain.GENESIS
     for r in records:
         if r.get("type") != "event":
             continue
-        if r["kind"] == "message.recorded" and stolen is not None:
-            r["payload"] = stolen
+        if r["kind"] == kind and payload is not None:
+            r["payload"] = payload
         fields = {
             "id": r["id"],
             "conversation_id": r["conversationId"],
@@ -693,6 +696,28 @@ def _forged_export(
     digest = hashlib.sha256("".join(line + "\n" for line in body).encode()).hexdigest()
     end = {**records[-1], "lines": len(body), "sha256": digest}
     return "".join(line + "\n" for line in [*body, json.dumps(end, separators=(",", ":"))])
+
+
+@pytest.mark.parametrize("clear", ["metadata", "creation", "message"])
+def test_an_import_refuses_clear_content_in_a_sealed_conversation(
+    sealed_store: Store, sealed: Ledger, clear: str
+) -> None:
+    # What erasure could not reach: plaintext in a sealed conversation's rows.
+    import io
+
+    from chatledger.store import ImportFileError
+
+    _, attacker, mine, renamed = _victim_and_attackers_export(sealed_store, sealed)
+    if clear == "metadata":
+        text = _forged_export(renamed, metadata='{"note":"PLAIN SECRET"}')
+    elif clear == "creation":
+        created = {"metadata": {"note": "PLAIN SECRET"}, "tenant": attacker.tenant}
+        text = _forged_export(renamed, payload=json.dumps(created), kind="conversation.created")
+    else:
+        text = _forged_export(renamed, payload='{"role":"user","content":"PLAIN SECRET"}')
+    with pytest.raises(ImportFileError, match="holds only sealed content"):
+        attacker.import_file(io.StringIO(text))
+    assert [c.id for c in attacker.conversations()] == [mine.id]  # nothing was written
 
 
 def test_a_resumed_run_of_an_erased_conversation_is_erased_with_it(sealed: Ledger) -> None:

@@ -317,10 +317,11 @@ class _Import:
 
     def _sealed_as_its_conversation(self, s: _Section, kind: str, text: str, line: int) -> None:
         """Sealed content only in a sealed conversation, under its subject's key (or a key
-        that no longer exists anywhere: erased). Anything else could have a copied
-        ciphertext opened under another subject's (or tenant's) key: so a message that
-        carries the reserved field `sealed` anywhere but in the sealed layout (which
-        reads would open as well) is refused too, as an append refuses it."""
+        that no longer exists anywhere: erased), and no content in the clear there: what
+        erasure could not reach. Sealed content elsewhere could have a copied ciphertext
+        opened under another subject's (or tenant's) key: so a message that carries the
+        reserved field `sealed` anywhere but in the sealed layout (which reads would open
+        as well) is refused too, as an append refuses it."""
         if kind not in ("message.recorded", "conversation.created"):
             return
         what = f"A {kind} event of conversation '{s.id}'"
@@ -334,22 +335,17 @@ class _Import:
                     f"messages it stores encrypted."
                 ),
             )
+        elif s.row["subject"] is not None:
+            raise _in_the_clear(what, line)
 
     def _sealed_metadata(self, row: dict[str, Any], line: int) -> None:
-        """A sealed conversation's metadata: the sealed layout under its subject's key,
-        or metadata without the reserved field (reads open `{"sealed": ...}` metadata of a
-        sealed conversation)."""
-        text = row["metadata"]
-        if row["subject"] is None or text is None:
+        """A sealed conversation's metadata: the sealed layout, under its subject's key."""
+        if row["subject"] is None:
             return
         what = f"The metadata of conversation '{row['id']}'"
-        if is_sealed(text):
-            self._under_subject_key(row["subject"], split_sealed(text)[0], what, line)
-        elif _has_sealed_member(text):
-            raise ImportFileError(
-                line,
-                _edited(f"{what} carries the field 'sealed', which chatledger reserves."),
-            )
+        if not is_sealed(row["metadata"]):
+            raise _in_the_clear(what, line)
+        self._under_subject_key(row["subject"], split_sealed(row["metadata"])[0], what, line)
 
     def _under_subject_key(self, subject: str | None, key_id: str, what: str, line: int) -> None:
         if subject is not None:
@@ -535,6 +531,16 @@ def _clashes(first: int, last: int) -> Iterator[None]:
                 f"given twice in the file."
             ),
         ) from error
+
+
+def _in_the_clear(what: str, line: int) -> ImportFileError:
+    return ImportFileError(
+        line,
+        _edited(
+            f"{what} is in the clear, but its conversation is sealed: a sealed conversation "
+            f"holds only sealed content, which its erasure makes unreadable."
+        ),
+    )
 
 
 def _name(phase: int) -> str:
