@@ -32,7 +32,7 @@ from typing import Any, TextIO
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from chatledger.store._crypto import is_sealed, split_sealed
+from chatledger.store._crypto import ERASED_CONTENT, SEALED_KINDS, is_sealed, split_sealed
 from chatledger.store._sql import chain as _chain
 from chatledger.store._sql import projector
 from chatledger.store._sql.transfer import (
@@ -256,6 +256,13 @@ class _Import:
     def run(self, s: _Section, row: dict[str, Any], line: int) -> None:
         self._of(s, row, "run", line)
         self._own(row, "run", line)
+        error = row["error"]
+        if error is not None and error != ERASED_CONTENT:
+            what = f"The error of run '{row['id']}'"
+            if is_sealed(error):
+                self._under_subject_key(s.row["subject"], split_sealed(error)[0], what, line)
+            elif s.row["subject"] is not None:
+                raise _in_the_clear(what, line)
         if not s.present:
             self._free(runs, str(row["id"]), "Run", line)
             self.conn.execute(runs.insert().values(**row))
@@ -322,7 +329,7 @@ class _Import:
         opened under another subject's (or tenant's) key: so a message that carries the
         reserved field `sealed` anywhere but in the sealed layout (which reads would open
         as well) is refused too, as an append refuses it."""
-        if kind not in ("message.recorded", "conversation.created"):
+        if kind not in SEALED_KINDS:
             return
         what = f"A {kind} event of conversation '{s.id}'"
         if is_sealed(text):
@@ -335,7 +342,7 @@ class _Import:
                     f"messages it stores encrypted."
                 ),
             )
-        elif s.row["subject"] is not None:
+        elif s.row["subject"] is not None and not _no_error(kind, text):
             raise _in_the_clear(what, line)
 
     def _sealed_metadata(self, row: dict[str, Any], line: int) -> None:
@@ -656,6 +663,18 @@ def _check_end(data: dict[str, Any], number: int, sha256: str) -> None:
                 f"{number - 1} lines before it have sha256 '{sha256}'."
             ),
         )
+
+
+def _no_error(kind: str, text: str) -> bool:
+    """Whether a run end's payload in the clear has no error to seal: none, or the
+    erased marker (a run that ended after its conversation was erased)."""
+    if kind not in ("run.failed", "run.canceled"):
+        return False
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(value, dict) and value.get("error") in (None, ERASED_CONTENT)
 
 
 def _has_sealed_member(text: str) -> bool:
