@@ -3,7 +3,9 @@
 A store opened with a key-encryption key (`Store.open(kek=...)`, or the
 environment's `CHATLEDGER_KEK`) seals what people wrote: the payload of each
 `message.recorded` event, the metadata in `conversation.created` and the
-conversation row's metadata column. Each conversation belongs to an erasure
+conversation row's metadata column; and what a run's failure said about it,
+which may quote it: the error of a failed or canceled run, in its
+`run.failed` or `run.canceled` event and on its `chatledger_runs` row. Each conversation belongs to an erasure
 subject (its own id unless one is given at creation; a fork inherits its
 source's), each subject has one random 256-bit data key, and the key is
 stored wrapped by the key-encryption key in `chatledger_subject_keys`.
@@ -43,13 +45,14 @@ from itertools import repeat
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from chatledger.store._errors import EncryptionError, InvalidInputError
-from chatledger.store._values import Conversation, Event, NewEvent, Position
+from chatledger.store._values import Conversation, Event, NewEvent, Position, Run
 from chatledger.store.messages import Message, load_messages
 
 __all__ = [
     "ERASED_CONTENT",
     "NO_KEY",
     "PLAIN",
+    "SEALED_KINDS",
     "SEALED_PREFIX",
     "DataKey",
     "KeyEncryptionKey",
@@ -75,12 +78,14 @@ SEALED_PREFIX = '{"sealed":{'
 """How every sealed payload or metadata text begins (and no clear one can)."""
 
 ERASED_CONTENT = "[erased]"
-"""The content of an erased message, which also carries `"erased": true`."""
+"""The content of an erased message, which also carries `"erased": true`; and the
+error of an erased conversation's failed run."""
 
 ENV_VAR = "CHATLEDGER_KEK"
 
-_SEALED_KINDS = frozenset({"message.recorded", "conversation.created"})
-"""The event kinds whose payloads are sealed: no other payload is ever opened."""
+SEALED_KINDS = frozenset({"message.recorded", "conversation.created", "run.failed", "run.canceled"})
+"""The event kinds whose payloads are sealed (a run's end when it has an error): no
+other payload is ever opened."""
 _CREATED_CLEAR = ("tenant", "forkedFrom")
 _WRAP_AAD = b"chatledger data key v1"
 
@@ -296,6 +301,10 @@ def _seal_event(key: DataKey, item: NewEvent, text: str) -> str:
     if item.kind == "conversation.created":
         value = json.loads(text)
         return key.seal(text, {k: value[k] for k in _CREATED_CLEAR if k in value})
+    if item.kind in ("run.failed", "run.canceled") and item.payload.get("error") is not None:
+        # The error may quote sealed content (a tool's exception naming its
+        # argument); the stage, usage and counts are the run's structure.
+        return key.seal(text, {k: v for k, v in item.payload.items() if k != "error"})
     return text
 
 
@@ -438,7 +447,7 @@ def _visit(value: Any, found: Callable[[str], None]) -> None:
         if sealed is not None:
             found(str(sealed.get("key")))
     elif isinstance(value, Event):
-        if value.kind in _SEALED_KINDS and is_sealed(value.payload_json):
+        if value.kind in SEALED_KINDS and is_sealed(value.payload_json):
             found(key_id_of(value.payload_json))
     elif isinstance(value, list | tuple):
         for item in value:
@@ -448,6 +457,8 @@ def _visit(value: Any, found: Callable[[str], None]) -> None:
             sealed = _sealed_of_metadata(value.metadata)
             if sealed is not None:
                 found(str(sealed.get("key")))
+        elif isinstance(value, Run) and value.error is not None and is_sealed(value.error):
+            found(key_id_of(value.error))
         for name in _field_names(type(value)):
             _visit(getattr(value, name), found)
 
@@ -471,7 +482,7 @@ def _open(value: Any, keys: Mapping[str, DataKey | None]) -> Any:
             return value
         return Message.model_validate_json(_open_message(value, keys))
     if isinstance(value, Event):
-        if value.kind not in _SEALED_KINDS or not is_sealed(value.payload_json):
+        if value.kind not in SEALED_KINDS or not is_sealed(value.payload_json):
             return value
         return _with_payload(value, open_text(value.payload_json, keys))
     if isinstance(value, list):
@@ -493,6 +504,10 @@ def _open(value: Any, keys: Mapping[str, DataKey | None]) -> Any:
             sealed = _sealed_of_metadata(value.metadata)
             if sealed is not None:
                 changes["metadata"] = json.loads(_open_sealed(sealed, lambda: {}, keys))
+        elif isinstance(value, Run) and value.error is not None and is_sealed(value.error):
+            key_id, nonce, data, _ = split_sealed(value.error)
+            key = keys.get(key_id)
+            changes["error"] = ERASED_CONTENT if key is None else key.open_parts(nonce, data)
         return dataclasses.replace(value, **changes) if changes else value
     return value
 
@@ -538,6 +553,8 @@ def _marker(clear: Mapping[str, Any]) -> str:
     """The erased marker of a sealed value whose key is gone, from its clear fields."""
     if "role" in clear:
         marker = {**clear, "content": ERASED_CONTENT, "erased": True}
+    elif "stage" in clear:  # a run's end
+        marker = {**clear, "error": ERASED_CONTENT, "erased": True}
     elif not clear:  # a metadata column
         marker = {"erased": True}
     else:

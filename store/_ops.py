@@ -769,11 +769,16 @@ class Operations:
         self, cursor: RunCursor, status: RunStatus, **options: Any
     ) -> Op[tuple[Conversation | None, ConflictError | None]]:
         self._moving_head(cursor.conversation_id)
-        return self._op(
-            f"ending run '{cursor.run_id}'",
-            write=True,
-            fn=lambda c: _runs.end_run(c, self.tenant, cursor, status, **options),
-        )
+
+        def build(seal: Seal) -> Op[tuple[Conversation | None, ConflictError | None]]:
+            return self._op(
+                f"ending run '{cursor.run_id}'",
+                write=True,
+                fn=lambda c: _runs.end_run(c, self.tenant, cursor, status, seal=seal, **options),
+            )
+
+        sealing = Sealing(self.tenant, cursor.conversation_id, build, ends=True)
+        return replace(build(PLAIN), sealing=sealing)
 
     def renew_lease(self, cursor: RunCursor, seconds: float) -> Op[None]:
         return self._op(

@@ -135,6 +135,8 @@ def _resolved(sealer: Sealer, s: Sealing[Any], found: _keys.WriteKey) -> tuple[S
         if found.subject is None:
             return PLAIN, True
         if found.erased or found.key_id is None or found.wrapped is None:
+            if s.ends:
+                return Seal(subject=found.subject), False
             raise ErasedError(conversation_id=s.conversation_id, subject=found.subject)
         return Seal(sealer.data_key(found.key_id, found.wrapped), found.subject), True
     if not s.create:

@@ -415,6 +415,42 @@ def test_runs_on_sealed_conversations_rebuild_and_read_as_erased_everywhere(
     assert not rebuild_request(sealed, second.run_id, 1, agent).matches  # the content is gone
 
 
+def test_a_failed_runs_error_is_sealed_and_erased_with_its_conversation(
+    sealed_store: Store, sealed: Ledger
+) -> None:
+    # An exception's text may quote what the run was given: here, a sealed argument.
+    from chatledger.engine import Agent, RunError, tool
+    from chatledger.engine.providers import ScriptedModel
+
+    secret = f"Atlantis-{uuid.uuid4().hex}"
+    call = ToolCall(id="c1", name="weather", arguments={"city": secret})
+
+    @tool
+    def weather(city: str) -> str:
+        """The weather in a city."""
+        raise ConnectionError(f"failed for {city}")
+
+    agent = Agent(ScriptedModel([Message(role="assistant", tool_calls=[call])]), tools=[weather])
+    with pytest.raises(RunError) as failure:
+        agent.run(sealed, "weather?")
+    run_id, conv = failure.value.run_id, failure.value.conversation_id
+    with sealed_store.engine.connect() as c:
+        error = c.execute(
+            sa.text("SELECT error FROM chatledger_runs WHERE id = :r"), {"r": run_id}
+        ).scalar_one()
+    assert secret not in str(error)
+    assert not any(secret in p for _, p in _stored_payloads(sealed_store, conv))
+    assert sealed.run(run_id).error == f"failed for {secret}"
+    (ended,) = [e for e in sealed.events(conversation_id=conv) if e.kind == "run.failed"]
+    assert (ended.payload["stage"], ended.payload["error"]) == ("tool", f"failed for {secret}")
+
+    sealed.erase(conv, reason="the person asked")
+    assert sealed.run(run_id).error == ERASED_CONTENT
+    (ended,) = [e for e in sealed.events(conversation_id=conv) if e.kind == "run.failed"]
+    assert (ended.payload["stage"], ended.payload["error"]) == ("tool", ERASED_CONTENT)
+    assert ended.payload["erased"] is True
+
+
 def test_idempotent_retries_of_sealed_writes_replay_the_original(sealed: Ledger) -> None:
     conv = sealed.create_conversation()
     turn = [Message(role="user", content="once")]
@@ -543,8 +579,9 @@ def test_a_run_caught_by_an_erasure_still_ends(sealed: Ledger) -> None:
     sealed.erase(conv.id, reason="mid-run")
     with pytest.raises(ErasedError):
         sealed.record(cursor, [NewEvent.of_message(Message(role="assistant", content="no"))])
-    sealed.fail_run(cursor, stage="model", error="the conversation was erased")
-    assert sealed.run(cursor.run_id).status == "failed"
+    sealed.fail_run(cursor, stage="model", error="it may quote the content")
+    run = sealed.run(cursor.run_id)
+    assert (run.status, run.error) == ("failed", ERASED_CONTENT)  # nothing left to seal it with
 
 
 def test_a_creation_prepared_under_a_key_that_is_then_erased_writes_nothing(
@@ -586,7 +623,7 @@ def test_an_import_cannot_bring_ciphertext_under_another_subjects_key(
     victim, attacker, mine, renamed = _victim_and_attackers_export(sealed_store, sealed)
     # Forge the file as an attacker can: fresh ids, no key record, the message's
     # payload the victim's ciphertext, every hash recomputed.
-    forged = _forged_export(renamed, _stored_payloads(sealed_store, victim.id))
+    forged = _forged_export(renamed, payload=_stolen(_stored_payloads(sealed_store, victim.id)))
     with pytest.raises(ImportFileError, match="not the key of the conversation's subject"):
         attacker.import_file(io.StringIO(forged))
     assert [c.id for c in attacker.conversations()] == [mine.id]  # nothing was written
@@ -606,10 +643,10 @@ def test_an_import_cannot_bring_ciphertext_in_a_message_field_or_in_metadata(
     victim, attacker, mine, renamed = _victim_and_attackers_export(sealed_store, sealed)
     stolen = _stored_payloads(sealed_store, victim.id)
     if forged == "embedded":
-        text = _forged_export(renamed, stolen, embed=True)
+        text = _forged_export(renamed, payload=_stolen(stolen, embed=True))
         refusal = "reserves for the messages it stores encrypted"
     else:
-        text = _forged_export(renamed, stolen, metadata=_stored_metadata(sealed_store, victim.id))
+        text = _forged_export(renamed, metadata=_stored_metadata(sealed_store, victim.id))
         refusal = "not the key of the conversation's subject"
     with pytest.raises(ImportFileError, match=refusal):
         attacker.import_file(io.StringIO(text))
@@ -622,57 +659,67 @@ def _victim_and_attackers_export(
     """A victim's sealed conversation (metadata and a message saying VICTIM SECRET), an
     attacker tenant with a sealed conversation of its own, and that conversation's
     export with every id renamed, as an attacker can forge it into a new one."""
-    import io
-
     victim = sealed.create_conversation({"note": "VICTIM SECRET"})
     sealed.append_messages(victim.id, [Message(role="user", content="VICTIM SECRET")])
     attacker = sealed_store.tenant(f"attacker-{uuid.uuid4().hex[:8]}")
     mine = attacker.create_conversation({"note": "mine"})
     attacker.append_messages(mine.id, [Message(role="user", content="mine")])
+    return victim, attacker, mine, _renamed_export(attacker, mine.id)
+
+
+def _renamed_export(ledger: Ledger, conversation_id: str) -> str:
+    """The conversation's export with every id renamed, as a forger makes a new one of it."""
+    import io
+
     out = io.StringIO()
-    attacker.export(out, conversation_id=mine.id)
+    ledger.export(out, conversation_id=conversation_id)
     fresh: dict[str, str] = {}
-    renamed = re.sub(
+    return re.sub(
         r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
         lambda m: fresh.setdefault(m.group(0), str(uuid.uuid4())),
         out.getvalue(),
     )
-    return victim, attacker, mine, renamed
+
+
+def _stolen(victim: list[tuple[str, str]], *, embed: bool = False) -> str:
+    """The victim's message ciphertext; `embed`: as a `sealed` member of a message
+    that is not in the sealed layout."""
+    stolen = next(p for k, p in victim if k == "message.recorded")
+    if not embed:
+        return stolen
+    envelope = json.loads(stolen)
+    return json.dumps(
+        {"role": envelope["role"], "sealed": envelope["sealed"]}, separators=(",", ":")
+    )
 
 
 def _forged_export(
     text: str,
-    victim: list[tuple[str, str]],
     *,
-    embed: bool = False,
+    payload: str | None = None,
+    kind: str = "message.recorded",
     metadata: str | None = None,
+    run_error: str | None = None,
 ) -> str:
-    """`text` without its key record, its message payload replaced by the victim's
-    ciphertext, every hash after it and the end record recomputed. `embed`: the
-    ciphertext as a `sealed` member of a message that is not in the sealed layout;
-    `metadata`: the conversation's stored metadata replaced too (keeping the
-    message's own payload when `metadata` alone is forged)."""
+    """`text` (one branch) without its key record, with the `payload` of its events of
+    `kind`, the conversation's stored `metadata` and its run's `run_error` replaced
+    where given, every hash and the end record recomputed."""
     import hashlib
 
     from chatledger.store._sql import chain as _chain
 
-    stolen: str | None = next(p for k, p in victim if k == "message.recorded")
-    if embed:
-        envelope = json.loads(stolen or "")
-        stolen = json.dumps(
-            {"role": envelope["role"], "sealed": envelope["sealed"]}, separators=(",", ":")
-        )
     records = [json.loads(line) for line in text.splitlines()]
     records = [r for r in records if r.get("type") != "subjectKey"]
     if metadata is not None:
-        stolen = None
         next(r for r in records if r.get("type") == "conversation")["metadata"] = metadata
+    if run_error is not None:
+        next(r for r in records if r.get("type") == "run")["error"] = run_error
     previous = _chain.GENESIS
     for r in records:
         if r.get("type") != "event":
             continue
-        if r["kind"] == "message.recorded" and stolen is not None:
-            r["payload"] = stolen
+        if r["kind"] == kind and payload is not None:
+            r["payload"] = payload
         fields = {
             "id": r["id"],
             "conversation_id": r["conversationId"],
@@ -688,11 +735,49 @@ def _forged_export(
         previous = _chain.link(previous, _chain.content(**fields))
         r["hash"] = previous.hex()
     conv = next(r for r in records if r.get("type") == "conversation")
-    conv["headHash"] = previous.hex()
+    (head,) = [
+        r
+        for r in records
+        if r.get("type") == "event"
+        and (r["branchId"], r["position"]) == (conv["headBranchId"], conv["headPosition"])
+    ]
+    conv["headHash"] = head["hash"]
     body = [json.dumps(r, separators=(",", ":"), ensure_ascii=True) for r in records[:-1]]
     digest = hashlib.sha256("".join(line + "\n" for line in body).encode()).hexdigest()
     end = {**records[-1], "lines": len(body), "sha256": digest}
     return "".join(line + "\n" for line in [*body, json.dumps(end, separators=(",", ":"))])
+
+
+@pytest.mark.parametrize("clear", ["metadata", "creation", "message", "run", "run end"])
+def test_an_import_refuses_content_in_the_clear_in_a_sealed_conversation(
+    sealed: Ledger, clear: str
+) -> None:
+    # What its erasure would not reach: plaintext in a sealed conversation's rows.
+    import io
+
+    from chatledger.store import ImportFileError
+
+    conv = sealed.create_conversation({"note": "sealed"})
+    sealed.append_messages(conv.id, [Message(role="user", content="sealed")])
+    cursor = sealed.start_run(conv.id, owner="w")
+    sealed.fail_run(cursor, stage="tool", error="failed for a sealed argument")
+    text = _renamed_export(sealed, conv.id)
+    secret = "PLAIN SECRET"
+    if clear == "metadata":
+        text = _forged_export(text, metadata=json.dumps({"note": secret}))
+    elif clear == "creation":
+        created = {"metadata": {"note": secret}, "tenant": sealed.tenant}
+        text = _forged_export(text, payload=json.dumps(created), kind="conversation.created")
+    elif clear == "message":
+        text = _forged_export(text, payload=json.dumps({"role": "user", "content": secret}))
+    elif clear == "run":
+        text = _forged_export(text, run_error=f"failed for {secret}")
+    else:
+        ended = {"error": f"failed for {secret}", "requestCount": 0, "stage": "tool"}
+        text = _forged_export(text, payload=json.dumps(ended), kind="run.failed")
+    with pytest.raises(ImportFileError, match="holds only sealed content"):
+        sealed.import_file(io.StringIO(text))
+    assert [c.id for c in sealed.conversations()] == [conv.id]  # nothing was written
 
 
 def test_a_resumed_run_of_an_erased_conversation_is_erased_with_it(sealed: Ledger) -> None:

@@ -6,6 +6,8 @@ and an upgrade.
   (SQLite: the file and its WAL; Postgres: every file of the database and
   the WAL, read with `pg_read_binary_file`). A conversation in the clear,
   written beside it, is found by the same scan: the scan can see.
+- The same holds after an `ANALYZE` (which autovacuum runs by itself) and
+  docs/erasure.md's clean-up: no statistics keep a sample of the wrapped keys.
 - A process killed with SIGKILL inside the erasure's transaction leaves the
   store as it was: it verifies, reads, and the erasure runs again to the end.
 """
@@ -27,7 +29,12 @@ from chatledger.engine.cli import main
 from chatledger.store import EncryptionError, ErasedError, Message, Store
 from chatledger.store._crypto import ERASED_CONTENT
 from chatledger.store._sql import migrate as _migrate
-from tests.conftest import _libpq, kill_when_paused
+from tests.conftest import (
+    _libpq,
+    create_postgres_database,
+    drop_postgres_database,
+    kill_when_paused,
+)
 from tests.test_upgrade import written_at_0002  # noqa: F401 (a fixture)
 
 KEK = bytes(range(32, 64))
@@ -123,6 +130,85 @@ def test_no_plaintext_and_no_wrapped_key_remain_in_the_files_after_erasure(
     assert wrapped not in files
     with Store.open(own_database, kek=KEK) as store:
         assert store.tenant("acme").verify(erased).ok
+
+
+def _analyze(backend: str, url: str) -> None:
+    if backend == "sqlite":
+        with sqlite3.connect(sa.make_url(url).database or "") as conn:
+            conn.execute("ANALYZE")
+    else:
+        with psycopg.connect(_libpq(url), autocommit=True) as conn:
+            conn.execute("ANALYZE")
+
+
+def _clean_up(backend: str, url: str) -> bytes:
+    """docs/erasure.md's clean-up after an erasure; the bytes of the database's files."""
+    if backend == "sqlite":
+        path = Path(sa.make_url(url).database or "")
+        with sqlite3.connect(path) as conn:
+            conn.execute("VACUUM")
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        return _sqlite_files(path)
+    with psycopg.connect(_libpq(url), autocommit=True) as conn:
+        conn.execute("VACUUM FULL chatledger_subject_keys")
+        conn.execute("CHECKPOINT")
+    return _postgres_files(url)[0]
+
+
+def test_no_wrapped_key_remains_in_the_files_after_analyze_erasure_and_the_clean_up(
+    backend: str, own_database: str
+) -> None:
+    # Enough subjects for the statistics to hold a histogram of a column's values.
+    subjects = [f"person-{i}" for i in range(12)]
+    with Store.open(own_database, kek=KEK) as store:
+        for subject in subjects:
+            _write(store, "acme", subject, subject=subject)
+        wrapped = {s: _wrapped_key(store, "acme", s) for s in subjects}
+        _analyze(backend, own_database)
+        for subject in subjects[1:]:
+            store.tenant("acme").erase(subject, reason="test")
+    files = _clean_up(backend, own_database)
+    assert wrapped[subjects[0]] in files  # the scan sees a key that still exists
+    assert [s for s in subjects[1:] if wrapped[s] in files] == []
+
+
+def test_an_upgrade_drops_the_keys_statistics_taken_before_it() -> None:
+    # A database analyzed at 0007 holds a sample of the wrapped keys: 0008 deletes
+    # it, and docs/erasure.md's one-off `VACUUM FULL pg_statistic` its bytes.
+    url = create_postgres_database("chatledger_own")
+    sampled = (
+        "SELECT count(*) FROM pg_stats "
+        "WHERE tablename = 'chatledger_subject_keys' AND attname = 'wrapped'"
+    )
+    statistics = (
+        "SELECT pg_relation_filepath(oid), pg_relation_filepath(reltoastrelid) "
+        "FROM pg_class WHERE relname = 'pg_statistic'"
+    )
+    try:
+        with Store.open(url, kek=KEK) as store:
+            with store.engine.begin() as conn:
+                _migrate.upgrade(conn, "0007")
+            subjects = [f"person-{i}" for i in range(12)]
+            for subject in subjects:
+                _write(store, "acme", subject, subject=subject)
+            wrapped = [_wrapped_key(store, "acme", s) for s in subjects]
+            _analyze("postgres", url)
+            with psycopg.connect(_libpq(url), autocommit=True) as conn:
+                assert conn.execute(sampled).fetchone() == (1,)
+            store.migrate()
+        with psycopg.connect(_libpq(url), autocommit=True) as conn:
+            assert conn.execute(sampled).fetchone() == (0,)
+            conn.execute("VACUUM FULL pg_statistic")
+            conn.execute("CHECKPOINT")
+            paths = conn.execute(statistics).fetchone()
+            assert paths is not None
+            files = b"".join(
+                bytes(conn.execute("SELECT pg_read_binary_file(%s)", (p,)).fetchone()[0])
+                for p in paths
+            )
+        assert [w for w in wrapped if w in files] == []
+    finally:
+        drop_postgres_database(url)
 
 
 def test_a_kill_inside_the_erasure_leaves_the_store_verifiable_and_the_erasure_resumable(

@@ -243,7 +243,7 @@ def test_run_crashing_every_attempt_is_given_up(ledger: Ledger) -> None:
         assert len(ledger.claim_stale_runs(owner="w", lease_seconds=0, max_attempts=3)) == 1
     assert ledger.claim_stale_runs(owner="w", lease_seconds=0, max_attempts=3) == []
     run = ledger.run(cursor.run_id)
-    assert (run.status, run.stage) == ("failed", "gave_up")
+    assert (run.status, run.stage, run.error) == ("failed", "gave_up", None)
     assert run.attention is not None and "3 attempts" in run.attention
     assert [r.id for r in ledger.runs(attention=True)] == [cursor.run_id]
 

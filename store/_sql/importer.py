@@ -32,7 +32,7 @@ from typing import Any, TextIO
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from chatledger.store._crypto import is_sealed, split_sealed
+from chatledger.store._crypto import ERASED_CONTENT, SEALED_KINDS, is_sealed, split_sealed
 from chatledger.store._sql import chain as _chain
 from chatledger.store._sql import projector
 from chatledger.store._sql.transfer import (
@@ -256,6 +256,13 @@ class _Import:
     def run(self, s: _Section, row: dict[str, Any], line: int) -> None:
         self._of(s, row, "run", line)
         self._own(row, "run", line)
+        error = row["error"]
+        if error is not None and error != ERASED_CONTENT:
+            what = f"The error of run '{row['id']}'"
+            if is_sealed(error):
+                self._under_subject_key(s.row["subject"], split_sealed(error)[0], what, line)
+            elif s.row["subject"] is not None:
+                raise _in_the_clear(what, line)
         if not s.present:
             self._free(runs, str(row["id"]), "Run", line)
             self.conn.execute(runs.insert().values(**row))
@@ -317,11 +324,12 @@ class _Import:
 
     def _sealed_as_its_conversation(self, s: _Section, kind: str, text: str, line: int) -> None:
         """Sealed content only in a sealed conversation, under its subject's key (or a key
-        that no longer exists anywhere: erased). Anything else could have a copied
-        ciphertext opened under another subject's (or tenant's) key: so a message that
-        carries the reserved field `sealed` anywhere but in the sealed layout (which
-        reads would open as well) is refused too, as an append refuses it."""
-        if kind not in ("message.recorded", "conversation.created"):
+        that no longer exists anywhere: erased), and no content in the clear there: what
+        erasure could not reach. Sealed content elsewhere could have a copied ciphertext
+        opened under another subject's (or tenant's) key: so a message that carries the
+        reserved field `sealed` anywhere but in the sealed layout (which reads would open
+        as well) is refused too, as an append refuses it."""
+        if kind not in SEALED_KINDS:
             return
         what = f"A {kind} event of conversation '{s.id}'"
         if is_sealed(text):
@@ -334,22 +342,17 @@ class _Import:
                     f"messages it stores encrypted."
                 ),
             )
+        elif s.row["subject"] is not None and not _no_error(kind, text):
+            raise _in_the_clear(what, line)
 
     def _sealed_metadata(self, row: dict[str, Any], line: int) -> None:
-        """A sealed conversation's metadata: the sealed layout under its subject's key,
-        or metadata without the reserved field (reads open `{"sealed": ...}` metadata of a
-        sealed conversation)."""
-        text = row["metadata"]
-        if row["subject"] is None or text is None:
+        """A sealed conversation's metadata: the sealed layout, under its subject's key."""
+        if row["subject"] is None:
             return
         what = f"The metadata of conversation '{row['id']}'"
-        if is_sealed(text):
-            self._under_subject_key(row["subject"], split_sealed(text)[0], what, line)
-        elif _has_sealed_member(text):
-            raise ImportFileError(
-                line,
-                _edited(f"{what} carries the field 'sealed', which chatledger reserves."),
-            )
+        if not is_sealed(row["metadata"]):
+            raise _in_the_clear(what, line)
+        self._under_subject_key(row["subject"], split_sealed(row["metadata"])[0], what, line)
 
     def _under_subject_key(self, subject: str | None, key_id: str, what: str, line: int) -> None:
         if subject is not None:
@@ -537,6 +540,16 @@ def _clashes(first: int, last: int) -> Iterator[None]:
         ) from error
 
 
+def _in_the_clear(what: str, line: int) -> ImportFileError:
+    return ImportFileError(
+        line,
+        _edited(
+            f"{what} is in the clear, but its conversation is sealed: a sealed conversation "
+            f"holds only sealed content, which its erasure makes unreadable."
+        ),
+    )
+
+
 def _name(phase: int) -> str:
     return next(k for k, v in _PHASES.items() if v == phase)
 
@@ -650,6 +663,18 @@ def _check_end(data: dict[str, Any], number: int, sha256: str) -> None:
                 f"{number - 1} lines before it have sha256 '{sha256}'."
             ),
         )
+
+
+def _no_error(kind: str, text: str) -> bool:
+    """Whether a run end's payload in the clear has no error to seal: none, or the
+    erased marker (a run that ended after its conversation was erased)."""
+    if kind not in ("run.failed", "run.canceled"):
+        return False
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(value, dict) and value.get("error") in (None, ERASED_CONTENT)
 
 
 def _has_sealed_member(text: str) -> bool:

@@ -98,6 +98,9 @@ class Sealing(Generic[T]):
     create: bool = False
     subject: str | None = None
     source: str | None = None
+    ends: bool = False
+    """The write ends a run, which an erasure does not stop: an erased conversation
+    gets a seal without a key (its free text is stored as the erased marker)."""
 
 
 class Executor(Protocol):

@@ -29,9 +29,10 @@ from chatledger.store._checks import (
     check_seconds,
     check_text,
 )
-from chatledger.store._crypto import PLAIN, Seal
+from chatledger.store._crypto import ERASED_CONTENT, PLAIN, Seal
 from chatledger.store._errors import (
     ConflictError,
+    EncryptionError,
     InvalidInputError,
     LeaseError,
     NotFoundError,
@@ -474,12 +475,14 @@ def end_run(
     request_count: int | None = None,
     tool_count: int | None = None,
     attention: str | None = None,
+    seal: Seal = PLAIN,
 ) -> tuple[Conversation | None, ConflictError | None]:
     """End a run: completed (moving the head by compare-and-set), failed or canceled.
 
     A completed run whose head moved meanwhile is recorded as failed at stage
     `conflict`; its events stay where they are and the conflict is returned,
-    for the caller to raise after the commit.
+    for the caller to raise after the commit. In a sealed conversation the
+    error is sealed under `seal` (`_stored_end`).
     """
     if status not in _ENDS:
         raise InvalidInputError(f"A run ends completed, failed or canceled, not {status!r}.")
@@ -518,7 +521,7 @@ def end_run(
     payload: dict[str, Any] = {"usage": usage.model_dump(mode="json"), **counts}
     if status != "completed":
         payload |= {"stage": stage, "error": error}
-    kind = _ENDS
+    error, ending = _stored_end(conv, run.id, seal, NewEvent(_ENDS[status], payload))
     _fence(
         conn,
         tenant,
@@ -542,7 +545,7 @@ def end_run(
         conv.id,
         run.branch_id,
         cursor.position + 1,
-        [(NewEvent(kind[status], payload), _log.canonical_json(payload))],
+        [ending],
         run_id=run.id,
         head=status == "completed",
     )
@@ -551,6 +554,29 @@ def end_run(
     appended = _appended_messages(conn, conv, run)
     _log.set_head(conn, conv, Position(run.branch_id, ended.position), appended, ended.hash)
     return _log.get_conversation(conn, tenant, conv.id), None
+
+
+def _stored_end(
+    conv: Conversation, run_id: str, seal: Seal, end: NewEvent
+) -> tuple[str | None, tuple[NewEvent, str]]:
+    """A run end's error and event as stored. The error may quote what the run was
+    given (a tool's exception naming its argument): in a sealed conversation it is
+    sealed like a message, and once the conversation is erased it is the erased
+    marker, as a read of a sealed one would show it."""
+    error = end.payload.get("error")
+    if error is None or conv.subject is None:
+        return error, (end, _log.canonical_json(end.payload))
+    if conv.erased_at is not None:
+        marked = replace(end, payload={**end.payload, "error": ERASED_CONTENT, "erased": True})
+        return ERASED_CONTENT, (marked, _log.canonical_json(marked.payload))
+    if seal.key is None:
+        raise EncryptionError(
+            f"Run '{run_id}' is of conversation '{conv.id}', which is sealed: its error is "
+            f"sealed too. Open the store with its key-encryption key (Store.open(kek=...) or "
+            f"CHATLEDGER_KEK) to end it with an error. Nothing was written."
+        )
+    (ending,) = seal.events([(end, _log.canonical_json(end.payload))])
+    return seal.key.seal(error, {}), ending
 
 
 def _logged_counts(conn: Connection, run: Run) -> tuple[int, int]:
@@ -628,7 +654,8 @@ def claim_stale_runs(
     Postgres skips rows another claimer has locked (`FOR UPDATE SKIP
     LOCKED`); on SQLite the writer lock already makes this one claimer at a
     time. A run that reached `max_attempts` is given up instead: recorded as
-    failed at stage `gave_up` and marked as needing attention.
+    failed at stage `gave_up`, without an error, and marked as needing
+    attention (the reason).
     """
     check_text(owner, "lease owner")
     check_limit(limit)
@@ -670,13 +697,15 @@ def claim_stale_runs(
 
 
 def _give_up(conn: Connection, run: Run, max_attempts: int) -> None:
+    # The reason is the attention mark, not an error: an error is sealed in a
+    # sealed conversation, and a claim, which spans conversations, holds no key.
     reason = (
         f"crashed on {run.attempt} attempts (the bound is {max_attempts}); a person should "
         f"look at it before it is resumed"
     )
     payload = {
         "stage": "gave_up",
-        "error": reason,
+        "error": None,
         "requestCount": run.request_count,
         "toolCount": run.tool_count,
         "usage": run.usage.model_dump(mode="json"),
@@ -695,7 +724,6 @@ def _give_up(conn: Connection, run: Run, max_attempts: int) -> None:
         .values(
             status="failed",
             stage="gave_up",
-            error=reason,
             attention=reason,
             position=run.position + 1,
             ended_at=db_now(conn),

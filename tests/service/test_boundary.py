@@ -8,11 +8,12 @@ from typing import Any
 
 import httpx
 import pytest
+import sqlalchemy as sa
 
-from chatledger.engine import Agent
+from chatledger.engine import Agent, tool
 from chatledger.engine.providers import ModelError
 from chatledger.engine.providers.scripted import ScriptedModel
-from chatledger.store import Store, new_id
+from chatledger.store import Message, Store, ToolCall, new_id
 from tests.service.agents import retrieval_agent, weather_agent
 from tests.service.conftest import Tenants
 
@@ -225,6 +226,43 @@ async def test_a_failed_run_names_its_stage_and_the_run_to_resume(
     resumed = await Agent(ScriptedModel(["Back up."])).resume_async(ledger, error["resume"])
     assert resumed.output == "Back up."
     assert ledger.history(error["conversation_id"])[-1].text == "Back up."
+
+
+async def test_a_sealed_runs_error_reads_opened_and_then_erased(
+    client_for: Client, database_url: str, tenants: Tenants, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CHATLEDGER_KEK", bytes(range(32)).hex())  # the service's store seals
+    secret = f"Atlantis-{new_id()}"
+
+    @tool
+    def weather(city: str) -> str:
+        """The weather in a city."""
+        raise ConnectionError(f"failed for {city}")
+
+    call = ToolCall(id="c1", name="weather", arguments={"city": secret})
+    client = client_for(
+        Agent(ScriptedModel([Message(role="assistant", tool_calls=[call])]), tools=[weather])
+    )
+    error = (await client.post("/v1/ask", json={"question": "Weather?"})).json()["error"]
+    timeline = (await client.get(f"/v1/runs/{error['run_id']}")).json()
+    ended = [e["payload"] for e in timeline["events"] if e["kind"] == "run.failed"]
+    assert timeline["run"]["error"] == f"failed for {secret}"
+    assert [e["error"] for e in ended] == [f"failed for {secret}"]
+    with Store.open(database_url) as store:
+        with store.engine.connect() as conn:
+            rows = conn.execute(
+                sa.text(
+                    "SELECT r.error, e.payload FROM chatledger_runs r JOIN chatledger_events e "
+                    "ON e.run_id = r.id WHERE r.id = :r"
+                ),
+                {"r": error["run_id"]},
+            ).all()
+        assert rows and not any(secret in str(value) for row in rows for value in row)
+        store.tenant(tenants.a).erase(error["conversation_id"], reason="the person asked")
+    timeline = (await client.get(f"/v1/runs/{error['run_id']}")).json()
+    ended = [e["payload"] for e in timeline["events"] if e["kind"] == "run.failed"]
+    assert timeline["run"]["error"] == "[erased]"
+    assert [(e["stage"], e["error"], e["erased"]) for e in ended] == [("tool", "[erased]", True)]
 
 
 async def test_the_openapi_schema_is_served_without_a_key(client_for: Client) -> None:
