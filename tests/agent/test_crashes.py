@@ -49,6 +49,7 @@ class Trial:
     conversation_id: str
     process: subprocess.Popen[str]
     acked: list[int]
+    stderr: str = ""
 
 
 def executions(path: Path) -> list[tuple[str, str, str]]:
@@ -105,7 +106,7 @@ def run_trials(url: str, ledger: Ledger, exec_log: Path) -> list[Trial]:
                 if trial.process.poll() is None:
                     os.kill(trial.process.pid, signal.SIGKILL)
             for trial in batch:
-                out, _ = trial.process.communicate(timeout=60)
+                out, trial.stderr = trial.process.communicate(timeout=60)
                 for line in out.splitlines():
                     if line.startswith("ack "):
                         trial.acked += [int(s) for s in line.split()[1:]]
@@ -163,7 +164,10 @@ def test_killed_agents_are_resumed_exactly_once(
         conv = trial.conversation_id
         runs = ledger.runs(conversation_id=conv)
         completed = [r for r in runs if r.status == "completed"]
-        assert len(completed) == 1, f"{conv}: {[(r.status, r.stage) for r in runs]}"
+        assert len(completed) == 1, (
+            f"{conv}: {[(r.status, r.stage, r.error) for r in runs]}; "
+            f"its agent process wrote: {trial.stderr[-2000:]}"
+        )
         history = ledger.history(conv)
         assert [m.content for m in history].count(crash_agent.PROMPT) == 1
         assert history[-1].role == "assistant" and history[-1].content.startswith("Summary: ")
