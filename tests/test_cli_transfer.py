@@ -59,7 +59,7 @@ def test_export_to_a_file_then_import_it_into_another_database(
     assert main(["import", str(file), "--database-url", target_url]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"Imported 0 conversations (0 events) into tenant '{tenant}'; 2 were")
-    assert all(f"already present  {i}" in out for i in ids)
+    assert out.count("\n") == 1  # the summary; `--json` lists the conversations
 
     assert main(["verify", "--database-url", target_url, "--tenant", tenant]) == 0
     assert "every chain is intact" in capsys.readouterr().out
