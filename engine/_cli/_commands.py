@@ -81,7 +81,7 @@ def conversations(args: argparse.Namespace) -> int:
         print_json(rows)
     else:
         print_table(
-            [r | {"created": r["createdAt"]} for r in rows],
+            [r | {"created": r["createdAt"][:19]} for r in rows],
             ["id", "key", "subject", "head", "created"],
             empty=f"Tenant '{args.tenant}' has no conversations.",
         )
@@ -94,7 +94,7 @@ def _conversation_row(c: Conversation) -> dict[str, Any]:
         "key": c.key,
         "subject": c.subject,
         "head": c.head.position,
-        "createdAt": c.created_at.isoformat(timespec="seconds"),
+        "createdAt": c.created_at.isoformat(),
     }
 
 
