@@ -32,16 +32,16 @@ def test_ask_and_stream_over_a_real_socket(
         with client.stream(
             "POST",
             "/v1/ask/stream",
-            json={"question": "Again?", "conversation_id": answer["conversation_id"]},
+            json={"question": "Again?", "conversation_id": answer["conversationId"]},
         ) as response:
             assert response.status_code == 200
             lines.extend(response.iter_lines())
     events = [(e, json.loads(d)) for e, d in sse_events(lines)]
     assert [e for e, _ in events][:3] == ["start", "tool_call", "tool_call"]
     assert events[-1][0] == "answer"
-    assert events[-1][1]["conversation_id"] == answer["conversation_id"]
+    assert events[-1][1]["conversationId"] == answer["conversationId"]
     ledger = sync_store.tenant(tenants.a)
-    runs = ledger.runs(conversation_id=answer["conversation_id"])
+    runs = ledger.runs(conversation_id=answer["conversationId"])
     assert [r.status for r in runs] == ["completed", "completed"]
 
 
@@ -106,7 +106,7 @@ def test_a_client_that_disconnects_cancels_the_run_and_its_partial_is_resumable(
                 if line.startswith("event: tool_call"):
                     break  # leave while the tool is still working
         start = json.loads(sse_events(lines)[0][1])
-        run_id = start["run_id"]
+        run_id = start["runId"]
 
         def canceled() -> dict[str, Any] | None:
             run = client.get(f"/v1/runs/{run_id}").json()
@@ -184,7 +184,7 @@ def test_chatledger_serve_and_api_key(database_url: str, tmp_path: Path) -> None
                 )
                 assert answer.status_code == 200, answer.text
             with Store.open(database_url) as store:
-                run = store.tenant(tenant).run(answer.json()["run_id"])
+                run = store.tenant(tenant).run(answer.json()["runId"])
                 assert run.status == "completed"
         finally:
             server.send_signal(signal.SIGINT)
