@@ -14,7 +14,7 @@ Every `/v1` request carries one API key, which chooses its tenant
 (`service._boundary`); no route takes a tenant from the request. Every
 response is a model of `service._models`, camelCase, so `/openapi.json`
 describes what comes back; `/docs` is Swagger UI from the installed
-`swagger-ui-bundle`, with nothing loaded from elsewhere. Content
+`fastapi-offline`, with nothing loaded from elsewhere. Content
 classified RESTRICTED leaves neither for the model (the agent's
 `context_filter`) nor for the caller: every answer's sources, streamed or
 not, lose their RESTRICTED hits before an application's own `source_filter`
@@ -29,12 +29,13 @@ from typing import Annotated, Any
 
 from fastapi import Body, Depends, FastAPI, Query, Request, Security
 from fastapi.security import HTTPBearer
-from sse_starlette import EventSourceResponse
 from pydantic import BaseModel
+from sse_starlette import EventSourceResponse
 from starlette.responses import Response
 
 from chatledger.engine import Agent, Result, RunError, Source
 from chatledger.service._boundary import TENANT_SCOPE_KEY, Boundary
+from chatledger.service._docs import install_docs
 from chatledger.service._errors import (
     error_response,
     install_error_handlers,
@@ -42,7 +43,6 @@ from chatledger.service._errors import (
     run_failure,
 )
 from chatledger.service._keys import ApiKeys
-from chatledger.service._docs import install_docs
 from chatledger.service._models import (
     AskRequest,
     AskResponse,
@@ -154,7 +154,7 @@ def create_app(
             "body is camelCase; requests may spell a field in snake_case instead."
         ),
         lifespan=service.lifespan,
-        docs_url=None,  # served below, from the installed swagger-ui-bundle
+        docs_url=None,  # served by install_docs, from an installed package
         redoc_url=None,
     )
     install_error_handlers(app)
@@ -233,9 +233,7 @@ def create_app(
         # gone after a minute: its run is cancelled, its partial kept.
         return EventSourceResponse(stream.events(task), ping=15, send_timeout=60)
 
-    @app.get(
-        "/v1/conversations", response_model=ConversationsOut, tags=["read"], responses=_ERRORS
-    )
+    @app.get("/v1/conversations", response_model=ConversationsOut, tags=["read"], responses=_ERRORS)
     async def conversations(
         ledger: Ledger_,
         limit: Annotated[int, Query(ge=1, le=1000, description="The page's size.")] = 50,
