@@ -206,7 +206,9 @@ class Run:
             # Recording the failure is finished even if the run is cancelled
             # again meanwhile (a client gone, then a server shutting down):
             # a run left `running` would wait for its lease to expire.
-            recording = asyncio.ensure_future(self._fail(stage, cause, canceled=stage in _CANCELED))
+            recording = asyncio.ensure_future(
+                self._fail(stage, cause, canceled=stage in _CANCELED)
+            )
             try:
                 try:
                     failure = await asyncio.shield(recording)
