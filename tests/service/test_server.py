@@ -27,7 +27,9 @@ def test_ask_and_stream_over_a_real_socket(
     serve: Callable[..., Server], tenants: Tenants, sync_store: Store
 ) -> None:
     server = serve(weather_agent())
-    with httpx.Client(base_url=server.url, headers=tenants.auth(tenants.key_a)) as client:
+    with httpx.Client(
+        base_url=server.url, headers=tenants.auth(tenants.key_a), timeout=60
+    ) as client:
         answer = client.post("/v1/ask", json={"question": "Weather?"}).json()
         assert answer["answer"].startswith("Summary: sunny in")
         lines: list[str] = []
@@ -137,7 +139,7 @@ def test_a_client_that_disconnects_learns_its_ids_and_the_run_waits_for_agent_re
     keys.write_text(json.dumps({key_digest("k"): "acme"}))
     with (
         _chatledger_serve(own_database, "tests.service.cli_agent:blocking", keys) as url,
-        httpx.Client(base_url=url, headers={"Authorization": "Bearer k"}) as client,
+        httpx.Client(base_url=url, headers={"Authorization": "Bearer k"}, timeout=60) as client,
     ):
         lines: list[str] = []
         with client.stream("POST", "/v1/ask/stream", json={"question": "Wait?"}) as response:
@@ -235,7 +237,7 @@ def test_chatledger_serve_and_api_key(database_url: str, tmp_path: Path) -> None
                     url = found.group(1)
                     break
             assert url is not None, "the server did not start"
-            with httpx.Client(base_url=url) as client:
+            with httpx.Client(base_url=url, timeout=60) as client:
                 refused = client.post("/v1/ask", json={"question": "Weather?"})
                 assert refused.status_code == 401
                 answer = client.post(
