@@ -196,13 +196,17 @@ class Agent:
         """Run on a history the caller brings (untrusted).
 
         The history is sanitized at the boundary (`sanitize_history`),
-        recorded with origin `client`, and continued by the run. Ids stamped
-        in it (`conversation_id`, `run_id`) choose nothing (ADR 0011): the run
-        continues the explicit `conversation_id`, which must exist in the
-        ledger's tenant (else `store.NotFoundError`, as for `run_async`), with
-        the supplied history on an edit branch from the conversation's start,
-        since the caller's history is the truth for this run; without it, the
-        run opens a new conversation.
+        recorded with origin `client`, and continued by the run (ADR 0033):
+        in the explicit `conversation_id`, which must exist in the ledger's
+        tenant (else `store.NotFoundError`, as for `run_async`); else in the
+        conversation the history donates, named by its most recent message
+        stamped with a `conversation_id`, if that is a conversation of this
+        tenant (so a run on a previous result's `messages` continues it);
+        else in a new conversation. A stamp naming another tenant's
+        conversation, or no conversation, chooses nothing: a new one is
+        opened, as for a history without stamps. The supplied history goes on
+        an edit branch from the conversation's start, since it is the truth
+        for this run. A `run_id` stamp chooses nothing.
         """
         return await Run(
             self, as_async(ledger), prompt, conversation_id, list(history), run_id, owner, 60.0
