@@ -21,7 +21,7 @@ The run, each model request and each tool call are also OpenTelemetry spans
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any, Protocol, TypeVar
 
@@ -147,6 +147,7 @@ class Run:
         *,
         on_delta: DeltaCallback | None = None,
         on_message: MessageCallback | None = None,
+        on_start: Callable[[RunCursor], Awaitable[None] | None] | None = None,
         resumes: str | None = None,
     ) -> None:
         self.agent = agent
@@ -162,7 +163,9 @@ class Run:
         self.lease_seconds = lease_seconds
         self.on_delta = on_delta
         self.on_message = on_message
+        self.on_start = on_start
         self.conversation_id = ""
+        self.creates = False  # whether the run opens a new conversation
         self.cursor: RunCursor | None = None
         self.lock = asyncio.Lock()
         self.stage: FailureStage = "store"
@@ -189,6 +192,9 @@ class Run:
         try:
             await self._open()
             heartbeat = asyncio.create_task(self._heartbeat())
+            if self.on_start is not None:
+                assert self.cursor is not None
+                await _maybe_await(self.on_start(self.cursor))
             view = await self._view()
             await self._loop(view)
             return await self._complete()
@@ -201,9 +207,7 @@ class Run:
             # Recording the failure is finished even if the run is cancelled
             # again meanwhile (a client gone, then a server shutting down):
             # a run left `running` would wait for its lease to expire.
-            recording = asyncio.ensure_future(
-                self._fail(stage, cause, canceled=stage in _CANCELED)
-            )
+            recording = asyncio.ensure_future(self._fail(stage, cause, canceled=stage in _CANCELED))
             try:
                 try:
                     failure = await asyncio.shield(recording)
@@ -276,22 +280,24 @@ class Run:
                 f"hyphenated). Pass none to have a new one minted."
             )
         await self._guard()
-        # Identity (ADR 0011): only the caller's explicit argument picks a
-        # conversation. Ids stamped inside supplied history are untrusted and
-        # choose nothing. An explicit id must name a conversation of this
-        # tenant: an id that was never used and an id of another tenant both
-        # make start_run raise the store's NotFoundError, writing nothing.
-        # A new conversation's id is minted here, and start_run creates it.
+        # Identity (ADR 0033): the explicit id, else the one the supplied
+        # history donates, else a new conversation, whose id is minted here
+        # and which start_run creates. An explicit id must name a
+        # conversation of this tenant: an id that was never used and an id of
+        # another tenant both make start_run raise the store's NotFoundError,
+        # writing nothing.
         explicit = self.explicit_conversation_id
-        self.conversation_id = new_id() if explicit is None else explicit
+        continued = explicit if explicit is not None else await self._donated()
+        self.conversation_id = new_id() if continued is None else continued
+        self.creates = continued is None
         base: int | None = None
         supplied: list[Message] = []
         if self.supplied is not None:
             supplied, _ = sanitize_history(self.supplied)
-            if explicit is not None:
-                # The caller chose this conversation, and its history is the
-                # truth for this run: the run opens a branch at the
-                # conversation's start, and the history is its first record.
+            if continued is not None:
+                # The history is the truth for this run: the run opens a
+                # branch at the conversation's start, and the history is its
+                # first record.
                 base = 1
         self.instructions = await self.agent.resolve_instructions(
             RunContext(self.run_id, self.conversation_id, self.prompt)
@@ -316,10 +322,32 @@ class Run:
                     NewEvent.of_message(m, origin="client")
                     for m in [*supplied, self.prompt_message]
                 ],
-                create=explicit is None,
+                create=self.creates,
                 exclusive=True,
             )
         )
+
+    async def _donated(self) -> str | None:
+        """The conversation the supplied history donates, if it is one of this tenant's.
+
+        The most recent message that carries a `conversation_id` names it
+        (golem's rule, so that runs on their own results chain). A name that
+        is no conversation of this tenant (another tenant's, unknown,
+        malformed) donates nothing: the run opens a new conversation, as for
+        a history that names none.
+        """
+        named = next(
+            (m.conversation_id for m in reversed(self.supplied or []) if m.conversation_id), None
+        )
+        if named is None or not is_id(named):
+            return None
+        try:
+            # Position 1 of the head's lineage: a read that costs nothing, and
+            # raises NotFoundError alike for a missing and a foreign id.
+            await self._store_step(self.ledger.history(named, at=1, repaired=False))
+        except NotFoundError:
+            return None
+        return named
 
     async def _open_resume(self) -> None:
         """Continue a failed run on a resume branch at its partial's cut."""
@@ -647,7 +675,7 @@ class Run:
                 f"The conversation's head did not move; {kept}. Resume the run, or start a new one."
             )
         conversation_id = self.conversation_id
-        if not recorded and self.explicit_conversation_id is None and self.resumes is None:
+        if not recorded and self.creates:
             conversation_id = ""  # the conversation the run was to open was never created
         of = f" of conversation '{conversation_id}'" if conversation_id else ""
         return RunError(

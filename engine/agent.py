@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from chatledger.engine._ledger import as_async
@@ -34,7 +34,7 @@ from chatledger.engine._values import (
 )
 from chatledger.engine.providers import DeltaCallback, Model
 from chatledger.engine.tools import Tool
-from chatledger.store import AsyncLedger, HistoryProcessor, Ledger, Message
+from chatledger.store import AsyncLedger, HistoryProcessor, Ledger, Message, RunCursor
 from chatledger.store.history import instructions_digest
 
 __all__ = ["Agent", "Hit", "Result", "RunContext", "Source"]
@@ -155,6 +155,7 @@ class Agent:
         *,
         on_delta: DeltaCallback,
         on_message: MessageCallback | None = None,
+        on_start: Callable[[RunCursor], Awaitable[None] | None] | None = None,
         history: Sequence[tuple[str, str]] | None = None,
         run_id: str | None = None,
         owner: str = "agent",
@@ -162,9 +163,11 @@ class Agent:
     ) -> Result:
         """`run_async`, streaming each model response's deltas to `on_delta`.
 
-        `on_message` receives each message the run records (a model turn with
-        its tool calls, a tool result), after the log has it: a stream built
-        from it never shows what a crash could lose.
+        `on_start` receives the run's cursor (its id and its conversation's,
+        a new conversation's too) once the log has the run, before the first
+        model request. `on_message` receives each message the run records (a
+        model turn with its tool calls, a tool result), after the log has it:
+        a stream built from them never shows what a crash could lose.
         """
         return await Run(
             self,
@@ -177,6 +180,7 @@ class Agent:
             lease_seconds,
             on_delta=on_delta,
             on_message=on_message,
+            on_start=on_start,
         ).execute()
 
     async def run_with_history_async(
@@ -192,13 +196,17 @@ class Agent:
         """Run on a history the caller brings (untrusted).
 
         The history is sanitized at the boundary (`sanitize_history`),
-        recorded with origin `client`, and continued by the run. Ids stamped
-        in it (`conversation_id`, `run_id`) choose nothing (ADR 0011): the run
-        continues the explicit `conversation_id`, which must exist in the
-        ledger's tenant (else `store.NotFoundError`, as for `run_async`), with
-        the supplied history on an edit branch from the conversation's start,
-        since the caller's history is the truth for this run; without it, the
-        run opens a new conversation.
+        recorded with origin `client`, and continued by the run (ADR 0033):
+        in the explicit `conversation_id`, which must exist in the ledger's
+        tenant (else `store.NotFoundError`, as for `run_async`); else in the
+        conversation the history donates, named by its most recent message
+        stamped with a `conversation_id`, if that is a conversation of this
+        tenant (so a run on a previous result's `messages` continues it);
+        else in a new conversation. A stamp naming another tenant's
+        conversation, or no conversation, chooses nothing: a new one is
+        opened, as for a history without stamps. The supplied history goes on
+        an edit branch from the conversation's start, since it is the truth
+        for this run. A `run_id` stamp chooses nothing.
         """
         return await Run(
             self, as_async(ledger), prompt, conversation_id, list(history), run_id, owner, 60.0

@@ -530,11 +530,11 @@ def resolve_conversation_id(history: Sequence[Message], explicit: str | None = N
     it; else a new UUIDv7 is minted. Apply it to the history as supplied,
     before any processor, so trimming never changes a conversation's identity.
 
-    Apply it only to history you trust (your own log, say): an id stamped in
-    history that crossed a trust boundary must choose nothing, since it may
-    name a conversation the caller was never given. The engine does not apply
-    it to the history passed to `run_with_history` or as `history=` pairs
-    (ADR 0011).
+    It does not know which conversations exist, nor whose they are: a
+    donated id may name another tenant's conversation, or none. The engine's
+    `run_with_history` applies the same rule and then keeps a donated id only
+    if it is a conversation of the handle's tenant, opening a new one
+    otherwise (ADR 0033).
 
     Args:
         history: The history as supplied, oldest first.

@@ -549,11 +549,11 @@ def test_the_ask_service_on_a_primary_and_its_replica(cluster: Cluster) -> None:
     with (
         Server(app) as server,
         httpx.Client(
-            base_url=server.url, headers={"Authorization": "Bearer replica-key"}
+            base_url=server.url, headers={"Authorization": "Bearer replica-key"}, timeout=60
         ) as client,
     ):
         first = client.post("/v1/ask", json={"question": "Weather?"}).json()
-        conversation = first["conversation_id"]
+        conversation = first["conversationId"]
         with cluster.paused():
             second = client.post(
                 "/v1/ask", json={"question": "Again?", "conversation_id": conversation}
@@ -561,7 +561,7 @@ def test_the_ask_service_on_a_primary_and_its_replica(cluster: Cluster) -> None:
             assert second.status_code == 200, second.text
             head = client.get(f"/v1/conversations/{conversation}/messages").json()
             assert head["messages"][-1]["content"] == second.json()["answer"]
-            timeline = client.get(f"/v1/runs/{second.json()['run_id']}").json()
+            timeline = client.get(f"/v1/runs/{second.json()['runId']}").json()
             assert timeline["run"]["status"] == "completed"
 
 

@@ -1,7 +1,10 @@
 """`LedgerConversationStore` against pydantic-ai's own `InMemoryConversationStore`.
 
-The same seeded sequence of runs, saves, stale saves, branches, forks,
-limited loads, listings and deletes goes to both stores, offline (pydantic-ai's
+The same seeded sequence of runs, saves, stale saves, branches, forks (of
+forks too, from a branch left, into a scope), rewrites (a serialized copy of
+what a branch, fork, run or load returned, cut and continued by hand, saved
+with `new_message_index` lost or kept, into a scope or not), limited loads,
+listings and deletes goes to both stores, offline (pydantic-ai's
 `FunctionModel`), and must give the same observable results: the messages
 each load returns, the entries each save stores, which operations conflict,
 the listings, and the records, with the ids and times either store mints
@@ -18,7 +21,7 @@ from typing import Any
 
 import pytest
 from pydantic_ai import Agent
-from pydantic_ai.conversation import Conversation
+from pydantic_ai.conversation import Conversation, ConversationTypeAdapter
 from pydantic_ai.conversation_store import (
     ConversationConflict,
     ConversationStore,
@@ -28,9 +31,11 @@ from pydantic_ai.exceptions import UserError
 from pydantic_ai.messages import (
     ModelMessage,
     ModelMessagesTypeAdapter,
+    ModelRequest,
     ModelResponse,
     TextPart,
     ToolCallPart,
+    UserPromptPart,
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
@@ -106,6 +111,8 @@ async def play(store: ConversationStore, seed: int, steps: int) -> list[Any]:
     names = Names()
     runner = agent()
     seen: list[Any] = []
+    # The conversation a branch or fork returned last, per id: what a rewrite starts from.
+    returned: dict[str, Conversation] = {}
 
     async def observe(label: str, call: Any) -> Any:
         try:
@@ -119,7 +126,9 @@ async def play(store: ConversationStore, seed: int, steps: int) -> list[Any]:
         return result
 
     for step in range(steps):
-        cid = rng.choice(IDS)
+        # Now and then a fork, so that forks are branched, rewritten and forked too.
+        forks = sorted(f for f in returned if f.startswith("fork-"))
+        cid = rng.choice(forks) if forks and rng.random() < 0.25 else rng.choice(IDS)
         op = rng.choice(
             [
                 "run",
@@ -133,6 +142,8 @@ async def play(store: ConversationStore, seed: int, steps: int) -> list[Any]:
                 "list",
                 "delete",
                 "save unchanged",
+                "rewrite",
+                "rewrite",
             ]
         )
         label = f"{step} {op} {cid}"
@@ -140,8 +151,13 @@ async def play(store: ConversationStore, seed: int, steps: int) -> list[Any]:
             limit = rng.choice([None, None, 1, 3])
             scope = rng.choice([None, None, "u1"])
             conv = await store.load(cid, limit=limit) or Conversation(conversation_id=cid)
-            result = await runner.run(f"prompt {step}", conversation=conv)
+            try:
+                result = await runner.run(f"prompt {step}", conversation=conv)
+            except UserError:  # a branch cut between a tool call and its result
+                seen.append((label, "unanswered call"))
+                continue
             saved = await observe(label, store.save(result, scope=scope))
+            returned[cid] = result.conversation
             if saved is not None:
                 seen.append(
                     (
@@ -155,7 +171,11 @@ async def play(store: ConversationStore, seed: int, steps: int) -> list[Any]:
             first, second = await store.load(cid), await store.load(cid)
             if first is not None and second is not None:
                 for i, conv in enumerate((first, second)):
-                    result = await runner.run(f"writer {i} at {step}", conversation=conv)
+                    try:
+                        result = await runner.run(f"writer {i} at {step}", conversation=conv)
+                    except UserError:  # a branch cut between a tool call and its result
+                        seen.append((f"{label} {i}", "unanswered call"))
+                        break
                     saved = await observe(f"{label} {i}", store.save(result))
                     seen.append((f"{label} {i}", saved is not None))
         elif op == "branch":
@@ -166,6 +186,7 @@ async def play(store: ConversationStore, seed: int, steps: int) -> list[Any]:
                     label, store.branch(cid, at=at, expected_revision=conv.revision)
                 )
                 if branched is not None:
+                    returned[cid] = branched
                     seen.append((label, names(dumped(branched.messages))))
         elif op == "branch to left":
             record = await store.read_record(cid)
@@ -176,22 +197,35 @@ async def play(store: ConversationStore, seed: int, steps: int) -> list[Any]:
                     label, store.branch(cid, from_entry=tip, expected_revision=conv.revision)
                 )
                 if branched is not None:
+                    returned[cid] = branched
                     seen.append((label, names(dumped(branched.messages))))
         elif op == "fork":
             entries = await store.load_entries(cid)
             if entries is not None:
                 new = f"fork-{step}"
-                if entries and rng.random() < 0.5:
+                record = await store.read_record(cid)
+                # From the history, a branch it left, or a count; into a scope of its own or not.
+                tips = [e.id for e in entries] + (record.branches if record is not None else [])
+                scope = rng.choice([None, None, "u1"])
+                if tips and rng.random() < 0.5:
                     forked = await observe(
                         label,
-                        store.fork(cid, from_entry=rng.choice(entries).id, new_conversation_id=new),
+                        store.fork(
+                            cid, from_entry=rng.choice(tips), new_conversation_id=new, scope=scope
+                        ),
                     )
                 else:
                     forked = await observe(
                         label,
-                        store.fork(cid, at=rng.randint(0, len(entries)), new_conversation_id=new),
+                        store.fork(
+                            cid,
+                            at=rng.randint(0, len(entries)),
+                            new_conversation_id=new,
+                            scope=scope,
+                        ),
                     )
                 if forked is not None:
+                    returned[new] = forked
                     seen.append((label, names(dumped(forked.messages))))
         elif op == "load":
             limit = rng.choice([None, 0, 1, 2, 5])
@@ -212,6 +246,47 @@ async def play(store: ConversationStore, seed: int, steps: int) -> list[Any]:
         elif op == "delete":
             await store.delete(cid)
             seen.append((label, await store.load(cid)))
+        elif op == "rewrite":
+            # A serialized copy (of what a branch or fork returned, else of a load),
+            # cut and continued by hand: saved with `new_message_index=None`, so the
+            # store compares it with the stored history.
+            if rng.random() < 0.5 and any(f.startswith("fork-") for f in returned):
+                cid = rng.choice(sorted(f for f in returned if f.startswith("fork-")))
+            base = returned.get(cid) if rng.random() < 0.7 else None
+            base = base or await store.load(cid, limit=rng.choice([None, None, 1, 2, 4]))
+            if base is not None:
+                copy = ConversationTypeAdapter.validate_json(
+                    ConversationTypeAdapter.dump_json(base)
+                )
+                kept = copy.messages[: rng.choice(_continuable(copy.messages))]
+                turn = [
+                    ModelRequest(parts=[UserPromptPart(content=f"rewrite {step}")]),
+                    ModelResponse(parts=[TextPart(content=f"rewritten at {step}")]),
+                ]
+                revision = copy.revision
+                if rng.random() < 0.5:
+                    # The copy is older than the stored conversation: the app took
+                    # its messages from its own storage and the revision from the record.
+                    record = await store.read_record(cid)
+                    revision = None if record is None else record.revision
+                rebuilt = Conversation(
+                    conversation_id=cid,
+                    messages=[*kept, *turn],
+                    usage=copy.usage,
+                    revision=revision,
+                    # Lost with the copy, or serialized with it (a window's length, say).
+                    new_message_index=rng.choice([None, None, copy.new_message_index]),
+                )
+                scope = rng.choice([None, None, "u1"])
+                saved = await observe(f"{label} {cid}", store.save(rebuilt, scope=scope))
+                if saved is not None:
+                    seen.append(
+                        (
+                            f"{label} {cid}",
+                            names([dumped([e.message]) for e in saved]),
+                            names([[e.id, e.parent_id] for e in saved]),
+                        )
+                    )
         elif op == "save unchanged":
             conv = await store.load(cid)
             if conv is not None:
@@ -235,6 +310,20 @@ async def play(store: ConversationStore, seed: int, steps: int) -> list[Any]:
                 )
             )
     return seen
+
+
+def _continuable(messages: list[ModelMessage]) -> list[int]:
+    """The lengths of the prefixes of `messages` that a new prompt may follow:
+    none ends with a response whose tool calls are unanswered."""
+    return [
+        n
+        for n in range(len(messages) + 1)
+        if n == 0
+        or not (
+            isinstance(messages[n - 1], ModelResponse)
+            and any(p.part_kind == "tool-call" for p in messages[n - 1].parts)
+        )
+    ]
 
 
 @pytest.fixture

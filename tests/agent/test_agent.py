@@ -181,28 +181,6 @@ def test_untrusted_history_is_sanitized_and_recorded_as_client(ledger: Ledger) -
     assert next(e.origin for e in recorded if e.kind == "message.recorded") == "client"
 
 
-def test_ids_stamped_in_supplied_history_choose_no_conversation(ledger: Ledger) -> None:
-    named = ledger.create_conversation()  # even one of the caller's own tenant
-    history = [Message(role="user", content="x", conversation_id=named.id, run_id=new_id())]
-    result = Agent(ScriptedModel(["ok"])).run_with_history(ledger, history, "go")
-    assert result.conversation_id != named.id
-    assert [m.content for m in ledger.history(result.conversation_id)] == ["x", "go", "ok"]
-    assert ledger.conversation(named.id).head == named.head
-
-
-def test_history_stamped_with_another_tenants_conversation_runs_in_a_new_one_of_the_callers(
-    ledger: Ledger, store: Store
-) -> None:
-    other = store.tenant(f"other-{new_id()}")
-    theirs = other.create_conversation()
-    before = other.events()
-    history = [Message(role="user", content="x", conversation_id=theirs.id)]
-    result = Agent(ScriptedModel(["ok"])).run_with_history(ledger, history, "go")
-    assert result.conversation_id != theirs.id
-    assert ledger.history(result.conversation_id) == result.messages  # the caller's tenant
-    assert other.events() == before
-
-
 @pytest.mark.parametrize("entry", ["run", "run_stream", "run_with_history"])
 def test_an_unknown_conversation_id_and_another_tenants_are_refused_alike(
     ledger: Ledger, store: Store, entry: str
