@@ -8,9 +8,8 @@ import argparse
 import asyncio
 import os
 import sys
-from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from chatledger.engine._cli._common import (
     DEFAULT_TENANT,
@@ -28,6 +27,9 @@ from chatledger.engine._cli._common import (
     where,
 )
 from chatledger.store import Conversation, Ledger, Message, Run, Store, Verification
+
+if TYPE_CHECKING:
+    from chatledger.engine.resume import ResumeWorker
 
 # `runs --json` prints a summary under these short keys, which scripts read; a
 # `Run` keeps its own camelCase field names (the values) like every other value.
@@ -55,8 +57,8 @@ def migrate(args: argparse.Namespace) -> int:
                 "partitioned. Run `chatledger migrate` without it."
             )
         before = store.execute(Op("reading the schema version", write=False, fn=current_revision))
-        with progress("migrating", unit=" revisions") as bar:
-            store.migrate(partitions=args.partitions, progress=_to(bar))
+        with progress("migrating", unit=" revisions") as shown:
+            store.migrate(partitions=args.partitions, progress=shown.at)
         revision = head_revision()
         if args.json:
             print_json(
@@ -235,11 +237,8 @@ def resume(args: argparse.Namespace) -> int:
     return 0
 
 
-def _resume_one(args: argparse.Namespace, worker: Any, ledger: Ledger) -> int:
+def _resume_one(args: argparse.Namespace, worker: ResumeWorker, ledger: Ledger) -> int:
     """`resume RUN_ID`: that run now, or a sentence saying why it cannot be."""
-    from chatledger.engine.resume import ResumeWorker
-
-    assert isinstance(worker, ResumeWorker)
     run = ledger.run(args.run)
     if run.status == "completed":
         raise UsageError(
@@ -300,19 +299,15 @@ def _time(value: datetime | None) -> str:
 
 
 def verify(args: argparse.Namespace) -> int:
-    with open_store(args) as store, progress("verifying", unit=" conversations") as bar:
-
-        def advance(_: Verification) -> None:
-            bar.update()
-
+    with open_store(args) as store, progress("verifying", unit=" conversations") as shown:
         # An empty --tenant is a tenant name to check (and refuse), never "all".
         if args.conversation is not None:
             ledger = store.tenant(DEFAULT_TENANT if args.tenant is None else args.tenant)
             results = [ledger.verify(args.conversation, recompute=args.recompute)]
         elif args.tenant is not None:
-            results = store.tenant(args.tenant).verify_all(advance, recompute=args.recompute)
+            results = store.tenant(args.tenant).verify_all(shown.step, recompute=args.recompute)
         else:
-            results = store.verify(advance, recompute=args.recompute)
+            results = store.verify(shown.step, recompute=args.recompute)
     broken = [r for r in results if not r.ok]
     if args.json:
         # `conversation`, not `conversationId`: the key `verify --json` has always printed.
@@ -337,24 +332,14 @@ def verify(args: argparse.Namespace) -> int:
 
 
 def rebuild(args: argparse.Namespace) -> int:
-    with open_store(args) as store, progress("rebuilding", unit=" views") as bar:
-        count = store.rebuild(_to(bar), tenant=args.tenant)
+    with open_store(args) as store, progress("rebuilding", unit=" views") as shown:
+        count = store.rebuild(shown.at, tenant=args.tenant)
     if args.json:
         print_json({"tenant": args.tenant, "conversations": count})
     else:
         whose = "" if args.tenant is None else f" of tenant '{args.tenant}'"
         print(f"Rebuilt the views of {counted(count, 'conversation')}{whose} from the events.")
     return 0
-
-
-def _to(bar: Any) -> Callable[[int, int], None]:
-    """A store's `progress(done, total)` shown on `bar`."""
-
-    def advance(done: int, total: int) -> None:
-        bar.total = total
-        bar.update(done - bar.n)
-
-    return advance
 
 
 def completion(args: argparse.Namespace) -> int:

@@ -33,6 +33,7 @@ __all__ = [
     "EXIT_ERROR",
     "EXIT_PIPE",
     "LEASE_SECONDS",
+    "Progress",
     "UsageError",
     "cli_message",
     "counted",
@@ -98,23 +99,35 @@ def counted(count: int, noun: str, plural: str | None = None) -> str:
     return f"{count:,} {noun if count == 1 else plural or noun + 's'}"
 
 
+class Progress:
+    """A tqdm bar, fed by the store's progress hooks: `at` for one that says how far
+    it is (`done`, and `total` when known), `step` for one called once per item."""
+
+    def __init__(self, bar: Any) -> None:
+        self.bar = bar
+
+    def at(self, done: int, total: int | None = None) -> None:
+        if total is not None:
+            self.bar.total = total
+        self.bar.update(done - self.bar.n)
+
+    def step(self, _item: object = None) -> None:
+        self.bar.update()
+
+
 @contextmanager
-def progress(
-    what: str, *, total: int | None = None, unit: str = "it", show: bool = True
-) -> Iterator[Any]:
+def progress(what: str, *, unit: str, show: bool = True) -> Iterator[Progress]:
     """A progress bar on stderr while the block runs, when stderr is a terminal (and
     `show`: false where the bar would mix with output on the same terminal).
 
-    Yields a `tqdm` bar: `bar.update(n)`, or set `bar.total` and `bar.n` and
-    `bar.refresh()`. Piped, the bar is disabled and prints nothing, so a log
-    holds only the command's result. On a terminal the bar is cleared when
-    the block ends, leaving the summary line the command prints.
+    Piped, the bar is disabled and prints nothing, so a log holds only the
+    command's result. On a terminal the bar is cleared when the block ends,
+    leaving the summary line the command prints either way.
     """
     from tqdm import tqdm
 
     bar = tqdm(
         desc=what,
-        total=total,
         unit=unit,
         file=sys.stderr,
         disable=not (show and sys.stderr.isatty()),
@@ -122,7 +135,7 @@ def progress(
         dynamic_ncols=True,
     )
     try:
-        yield bar
+        yield Progress(bar)
     finally:
         bar.close()
 

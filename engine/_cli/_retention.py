@@ -61,12 +61,12 @@ def clear(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    with open_store(args) as store, progress("applying retention", unit=" subjects") as bar:
+    with open_store(args) as store, progress("applying retention", unit=" subjects") as shown:
         report = store.run_retention(
             tenant=args.tenant,
             export_dir=args.export_dir,
             dry_run=args.dry_run,
-            progress=lambda _: bar.update(),
+            progress=shown.step,
         )
     if args.json:
         print_json(

@@ -23,9 +23,9 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from chatledger.engine._cli._common import (
     DEFAULT_TENANT,
@@ -56,32 +56,25 @@ def _export(args: argparse.Namespace) -> int:
         )
     with (
         open_store(args) as store,
-        progress("exporting", unit=" events", show=not (to_stdout and sys.stdout.isatty())) as bar,
+        progress(
+            "exporting", unit=" events", show=not (to_stdout and sys.stdout.isatty())
+        ) as shown,
     ):
         ledger = store.tenant(args.tenant)
         if to_stdout:
-            report = ledger.export(sys.stdout, conversation_id=args.conversation, progress=_to(bar))
+            report = ledger.export(sys.stdout, conversation_id=args.conversation, progress=shown.at)
             sys.stdout.flush()
             where = "stdout"
         else:
             path = Path(args.output)
             with _writing(path) as out:
-                report = ledger.export(out, conversation_id=args.conversation, progress=_to(bar))
+                report = ledger.export(out, conversation_id=args.conversation, progress=shown.at)
             where = str(path)
     if args.json:
         print_json({"tenant": args.tenant, "file": where, **to_json(report, ExportReport)})
     else:
         print(_summary(report, args.tenant, where), file=sys.stderr)
     return 0
-
-
-def _to(bar: Any) -> Callable[[int], None]:
-    """A store's `progress(count)` shown on `bar`."""
-
-    def advance(count: int) -> None:
-        bar.update(count - bar.n)
-
-    return advance
 
 
 def import_(args: argparse.Namespace) -> int:
@@ -96,8 +89,8 @@ def import_(args: argparse.Namespace) -> int:
         except UnicodeDecodeError:
             tenant = DEFAULT_TENANT  # the import says so, at line 1
         source.seek(0)
-        with open_store(args) as store, progress("importing", unit=" events") as bar:
-            report = store.tenant(tenant).import_file(source, progress=_to(bar))
+        with open_store(args) as store, progress("importing", unit=" events") as shown:
+            report = store.tenant(tenant).import_file(source, progress=shown.at)
     if args.json:
         print_json({"tenant": tenant, **to_json(report, ImportReport)})
         return 0
