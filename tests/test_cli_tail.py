@@ -223,7 +223,7 @@ def test_follow_prints_what_commits_later_and_ends_on_sigint(
 
 
 @pytest.mark.parametrize(
-    "cursor", [f"0:{2**63}", f"{2**63}:1", "9999999999999999999:0", "１:２", f"{2**62}:0"]
+    "cursor", [f"0:{2**63}", f"{2**63}:1", "9999999999999999999:0", "\uff11:\uff12", f"{2**62}:0"]
 )
 def test_a_cursor_chatledger_never_printed_is_one_line_naming_it(
     seeded: tuple[str, str, str], cursor: str

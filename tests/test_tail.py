@@ -423,8 +423,8 @@ NEVER_PRINTED = [
     f"0:{2**63}",  # a part above 2**63 - 1: SQLite's int64 overflows, Postgres's bigint
     f"{2**63}:1",
     "9999999999999999999:0",
-    "１:２",  # fullwidth digits
-    "٣:٤",  # Arabic-Indic digits
+    "\uff11:\uff12",  # fullwidth digits
+    "\u0663:\u0664",  # Arabic-Indic digits
     "01:2",  # chatledger prints no leading zeros
 ]
 
