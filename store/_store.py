@@ -724,9 +724,9 @@ class Ledger:
         last empty page with `pending` set if events are held back behind an
         open transaction (Postgres). Inputs are checked here, before the
         first page is read, `after` against the log's end with one read: a
-        cursor past it raises `InvalidInputError`. A database that cannot be reached, or a
-        connection that breaks, raises `StorageError` (a follower's too):
-        start again from the stored cursor.
+        cursor past it raises `InvalidInputError`. A database that cannot be
+        reached, or a connection that breaks, raises `StorageError` (a
+        follower's too): start again from the stored cursor.
         """
         settings = _tail.TailSettings(
             after=after,

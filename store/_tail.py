@@ -116,9 +116,10 @@ def start_op(tenant: str, after: str) -> Op[None]:
         end = settled_position(conn)
         if end is None or cursor > end:
             raise InvalidInputError(
-                f"Cursor {after!r} is past the end of the log, so chatledger never printed "
-                f"it. Pass the `next_after` of a page exactly as chatledger returned it, or "
-                f"None to start at the beginning."
+                f"Cursor {after!r} is past the end of the log: no page of this database "
+                f"printed it (is it another database's, or one restored from an older "
+                f"backup?). Pass the `next_after` of a page of this database exactly as "
+                f"chatledger returned it, or None to start at the beginning."
             )
 
     return Op("checking the tail's cursor", write=False, tenant=tenant, fn=check)

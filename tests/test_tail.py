@@ -15,6 +15,7 @@ they expect with deadlines, never assuming a page is complete at once.
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -519,6 +520,4 @@ def test_another_tenants_position_reads_as_any_position_in_the_log(
             who.tail(ahead)
         said.append(str(refused.value))
     assert said[0] == said[1] == said[2]
-    assert said[0].replace(repr(ahead), "") == said[0].replace(repr(ahead), "").translate(
-        str.maketrans("", "", "0123456789")
-    ), "the refusal names no position but the cursor"
+    assert not re.search(r"\d", said[0].replace(repr(ahead), "")), "it names no other position"
