@@ -37,7 +37,6 @@ __all__ = [
     "parse_time",
     "print_json",
     "print_table",
-    "reader_gone",
     "to_json",
     "where",
 ]
@@ -50,14 +49,6 @@ EXIT_ERROR = 1
 
 EXIT_PIPE = 141
 """The exit status of a command whose reader went away (`| head`): a SIGPIPE death's."""
-
-
-def reader_gone() -> int:
-    """After a `BrokenPipeError` on stdout: say nothing, keep the interpreter's last
-    flush of stdout from failing again on the way out, and return `EXIT_PIPE`."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    return EXIT_PIPE
 
 
 class UsageError(ChatledgerError):

@@ -32,20 +32,12 @@ from chatledger.engine._cli._common import (
     UsageError,
     open_store,
     print_json,
-    reader_gone,
     to_json,
 )
 from chatledger.store import ExportReport, ImportReport
 
 
 def export(args: argparse.Namespace) -> int:
-    try:
-        return _export(args)
-    except BrokenPipeError:
-        return reader_gone()
-
-
-def _export(args: argparse.Namespace) -> int:
     with open_store(args) as store:
         ledger = store.tenant(args.tenant)
         if args.output in (None, "-"):
