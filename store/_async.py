@@ -675,7 +675,9 @@ class AsyncLedger:
         stop: asyncio.Event | None = None,
     ) -> AsyncIterator[Page[Event]]:
         """See `Ledger.tail`; iterate with `async for`. To stop following, set
-        `stop`, or cancel the task that iterates."""
+        `stop`, or cancel the task that iterates. The arguments are checked
+        here, except that a cursor past the end of the log, which takes a
+        read, is refused on the first step of the iteration."""
         settings = _tail.TailSettings(
             after=after,
             conversation_id=conversation_id,
@@ -694,6 +696,7 @@ class AsyncLedger:
         )
         return _tail.async_tail(
             lambda cursor: store.execute(_tail.tail_op(tenant, settings, cursor)),
+            start=None if after is None else lambda: store.execute(_tail.start_op(tenant, after)),
             waiter=waiter,
             after=after,
             settings=settings,

@@ -746,9 +746,10 @@ class Ledger:
         Only pages with events are yielded, except, when not following, a
         last empty page with `pending` set if events are held back behind an
         open transaction (Postgres). Inputs are checked here, before the
-        first page is read. A database that cannot be reached, or a
-        connection that breaks, raises `StorageError` (a follower's too):
-        start again from the stored cursor.
+        first page is read, `after` against the log's end with one read: a
+        cursor past it raises `InvalidInputError`. A database that cannot be
+        reached, or a connection that breaks, raises `StorageError` (a
+        follower's too): start again from the stored cursor.
         """
         settings = _tail.TailSettings(
             after=after,
@@ -759,6 +760,8 @@ class Ledger:
             poll_seconds=poll_seconds,
         )
         tenant, store = self.tenant, self._store
+        if after is not None:
+            store.execute(_tail.start_op(tenant, after))
         waiter: _tail.Waiter = (
             SqliteWaiter(sqlite_connector(store.engine), settings.poll_seconds)
             if is_sqlite(store.engine)

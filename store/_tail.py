@@ -4,7 +4,9 @@
 (`store._sql.pages`: `(txid, seq)` below the snapshot's xmin on Postgres,
 `seq` on SQLite), so a commit that becomes visible late is never passed, and
 wait between pages with `store._sql.tail` (LISTEN/NOTIFY on Postgres, the
-file's data version on SQLite). docs/tail.md and docs/adr/0024-tail.md.
+file's data version on SQLite). A caller's cursor is checked against the log's
+end first (`start_op`). docs/tail.md, docs/adr/0024-tail.md and
+docs/adr/0037-cli-errors-and-cursors.md.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from chatledger.store._sql.pages import Page, check_cursor, check_limit, positio
 from chatledger.store._sql.tail import AsyncPostgresWaiter, SqliteWaiter
 from chatledger.store._values import Event
 
-__all__ = ["TailSettings", "async_tail", "tail", "tail_op"]
+__all__ = ["TailSettings", "async_tail", "start_op", "tail", "tail_op"]
 
 # While a page holds events back, read again after this long, doubling up to a
 # second (or `idle_seconds`, if shorter).
@@ -94,6 +96,33 @@ def tail_op(tenant: str, settings: TailSettings, after: str | None) -> Op[Page[E
         return replace(page, next_after=f"{settled[0]}:{settled[1]}")
 
     return Op("reading the tail of the log", write=False, tenant=tenant, fn=read)
+
+
+def start_op(tenant: str, after: str) -> Op[None]:
+    """`InvalidInputError` if the checked cursor `after` is past the end of the log.
+
+    The end is `settled_position`, the furthest a page (`tail_op`) ever moves
+    a cursor, and it only grows: a cursor past it is none that chatledger
+    printed, and a tail from it would skip every event committed below it, for
+    good. The end is the whole log's, not the tenant's: a page may already
+    have moved the caller's cursor there past other tenants' events, so any
+    position up to it, theirs included, is one the caller could have been
+    given, and the refusal names nothing but the cursor
+    (docs/adr/0037-cli-errors-and-cursors.md).
+    """
+    cursor = position(after)
+
+    def check(conn: Connection) -> None:
+        end = settled_position(conn)
+        if end is None or cursor > end:
+            raise InvalidInputError(
+                f"Cursor {after!r} is past the end of the log: no page of this database "
+                f"printed it (is it another database's, or one restored from an older "
+                f"backup?). Pass the `next_after` of a page of this database exactly as "
+                f"chatledger returned it, or None to start at the beginning."
+            )
+
+    return Op("checking the tail's cursor", write=False, tenant=tenant, fn=check)
 
 
 class Waiter(Protocol):
@@ -177,13 +206,15 @@ def tail(
 async def async_tail(
     read: Callable[[str | None], Any],
     *,
+    start: Callable[[], Awaitable[None]] | None,
     waiter: AsyncPostgresWaiter | SqliteWaiter,
     after: str | None,
     settings: TailSettings,
     stop: asyncio.Event | None,
 ) -> AsyncIterator[Page[Event]]:
     """`tail` for `AsyncLedger.tail`: `read` is a coroutine function; cancel the
-    consuming task to stop following."""
+    consuming task to stop following. `start` (`start_op`, which the call
+    cannot await) runs first, before anything else is read or waited for."""
     wait: Callable[[float], Awaitable[bool]]
     if isinstance(waiter, SqliteWaiter):
         sqlite_waiter = waiter
@@ -195,6 +226,8 @@ async def async_tail(
     else:
         wait, close = waiter.wait, waiter.close
     try:
+        if start is not None:
+            await start()
         if settings.follow:
             await wait(0)
         pace = _Pace(settings)

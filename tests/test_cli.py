@@ -274,9 +274,64 @@ def test_unreachable_database_gives_one_clear_line() -> None:
     assert line.startswith("chatledger: error:")
 
 
-def test_argparse_errors_exit_non_zero() -> None:
-    result = chatledger("runs", "--status", "sideways")
-    assert result.returncode == 2 and "invalid choice" in result.stderr
+@pytest.mark.parametrize(
+    ("args", "said", "helped"),
+    [
+        (["runs", "--status", "sideways"], "invalid choice: 'sideways'", "chatledger runs"),
+        (["tail", "--limit", "0"], "0 is not from 1 to 10,000", "chatledger tail"),
+        (["history"], "the following arguments are required", "chatledger history"),
+        (["fork", "x", "--at", "many"], "'many' is not a whole number", "chatledger fork"),
+        (["audit"], "the following arguments are required", "chatledger audit"),
+        (["audit", "events", "--limit", "x"], "invalid int value", "chatledger audit events"),
+        (["retention", "set", "--action", "erase"], "--idle-days", "chatledger retention set"),
+        (["nosuch"], "invalid choice: 'nosuch'", "chatledger"),
+        (["runs", "--bogus"], "unrecognized arguments: --bogus", "chatledger"),
+    ],
+)
+def test_argument_errors_are_one_line_that_points_to_help(
+    tmp_path: Path, args: list[str], said: str, helped: str
+) -> None:
+    result = chatledger(*args, cwd=tmp_path)
+    assert result.returncode == 2
+    line = one_line_error(result)
+    assert line.startswith("chatledger: error: ") and said in line, line
+    assert line.endswith(f"; see '{helped} --help'"), line
+    assert result.stdout == ""
+    assert not list(tmp_path.iterdir()), "nothing is opened, let alone written"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["audit", "events", "--tenant", "cli"],
+        ["audit", "events", "--tenant", "cli", "--json"],
+        ["history", "CONV", "--tenant", "cli"],
+        ["runs", "--tenant", "cli"],
+        ["verify"],
+        ["tail", "--tenant", "cli"],
+        ["export", "--tenant", "cli"],
+    ],
+)
+def test_a_reader_that_is_gone_ends_every_command_quietly(
+    seeded: tuple[str, str], args: list[str]
+) -> None:
+    """`chatledger ... | head -1`, made deterministic: the pipe's read end is
+    closed before the command starts, so its first write to stdout fails."""
+    url, conv = seeded
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        result = subprocess.run(
+            [*EXE, *(conv if a == "CONV" else a for a in args), "--database-url", url],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        os.close(write)
+    assert result.stderr == ""
+    assert result.returncode == 141  # as a SIGPIPE death, what a shell shows
 
 
 def test_verify_reports_intact_chains_and_the_head_digest(seeded: tuple[str, str]) -> None:

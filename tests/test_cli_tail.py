@@ -220,3 +220,17 @@ def test_follow_prints_what_commits_later_and_ends_on_sigint(
         out.close()
         assert process.stderr is not None
         process.stderr.close()
+
+
+@pytest.mark.parametrize(
+    "cursor", [f"0:{2**63}", f"{2**63}:1", "9999999999999999999:0", "\uff11:\uff12", f"{2**62}:0"]
+)
+def test_a_cursor_chatledger_never_printed_is_one_line_naming_it(
+    seeded: tuple[str, str, str], cursor: str
+) -> None:
+    url, tenant, _ = seeded
+    result = chatledger("tail", "--tenant", tenant, "--after", cursor, url=url)
+    line = one_line_error(result)
+    assert line.startswith("chatledger: error:") and repr(cursor) in line, line
+    assert "internal error" not in line and result.returncode == 1
+    assert result.stdout == ""

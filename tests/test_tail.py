@@ -15,6 +15,7 @@ they expect with deadlines, never assuming a page is complete at once.
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -415,3 +416,108 @@ def test_listening_connects_as_the_engine_does(postgres_url: str) -> None:
                 follower.close()
     finally:
         engine.dispose()
+
+
+# -- cursors chatledger never printed (issue 33, item 12) ---------------------------------
+
+NEVER_PRINTED = [
+    f"0:{2**63}",  # a part above 2**63 - 1: SQLite's int64 overflows, Postgres's bigint
+    f"{2**63}:1",
+    "9999999999999999999:0",
+    "\uff11:\uff12",  # fullwidth digits
+    "\u0663:\u0664",  # Arabic-Indic digits
+    "01:2",  # chatledger prints no leading zeros
+]
+
+
+@pytest.mark.parametrize("cursor", NEVER_PRINTED)
+def test_a_cursor_that_only_looks_like_one_is_refused_at_the_call(
+    database_url: str, cursor: str
+) -> None:
+    with Store.open(database_url) as store:
+        ledger = store.tenant("cursors")
+        with pytest.raises(InvalidInputError, match="not an audit cursor") as refused:
+            ledger.tail(cursor)  # refused here, not on iteration
+        assert repr(cursor) in str(refused.value)
+        with pytest.raises(InvalidInputError, match="not an audit cursor"):
+            ledger.audit.events(after=cursor)
+
+    async def scenario() -> None:
+        async with AsyncStore.open(database_url) as store:
+            with pytest.raises(InvalidInputError, match="not an audit cursor"):
+                store.tenant("cursors").tail(cursor)
+
+    asyncio.run(scenario())
+
+
+def the_end(ledger: Ledger) -> str:
+    """The log's end as a tail prints it to `ledger`, once `ledger` has an event."""
+    conv = ledger.create_conversation().id
+    say(ledger, conv, "here")
+    end = settled(ledger)[-1].next_after
+    assert end is not None
+    return end
+
+
+def past(backend: str, end: str) -> str:
+    """A position after `end` that the log cannot reach while the test runs: on
+    Postgres a transaction id far beyond the server's (its xmin moves with other
+    test runs), on SQLite the next `seq`."""
+    txid, seq = position(end)
+    return f"{txid + 10**12}:0" if backend == "postgres" else f"0:{seq + 1}"
+
+
+def test_a_cursor_past_the_end_of_the_log_is_refused_at_the_call(
+    backend: str, ledger: Ledger
+) -> None:
+    end = the_end(ledger)
+    ahead = past(backend, end)
+    beyond = [ahead, f"{2**62}:0"]  # on SQLite a transaction part is 0: 2**62 is past it
+    for cursor in beyond:
+        with pytest.raises(InvalidInputError, match="past the end of the log") as refused:
+            ledger.tail(cursor)  # refused here, before anything is yielded
+        assert repr(cursor) in str(refused.value)
+        with pytest.raises(InvalidInputError, match="past the end of the log"):
+            ledger.tail(cursor, follow=True)
+    # The end itself is a cursor chatledger printed: what commits later comes.
+    conv = ledger.create_conversation().id
+    say(ledger, conv, "later")
+    assert texts(settled(ledger, after=end)) == ["later"]
+
+
+def test_the_async_tail_refuses_a_cursor_past_the_end_before_its_first_page(
+    backend: str, database_url: str, ledger: Ledger
+) -> None:
+    ahead = past(backend, the_end(ledger))
+
+    async def scenario() -> str:
+        async with AsyncStore.open(database_url) as store:
+            pages = store.tenant(ledger.tenant).tail(ahead)
+            with pytest.raises(InvalidInputError, match="past the end of the log") as refused:
+                await anext(aiter(pages))
+            return str(refused.value)
+
+    assert repr(ahead) in asyncio.run(scenario())
+
+
+def test_another_tenants_position_reads_as_any_position_in_the_log(
+    backend: str, store: Store, ledger: Ledger
+) -> None:
+    """A cursor is a position in the whole log: another tenant's passes as one of
+    the caller's would, and a position past the end is refused in the same words
+    whoever's events the log holds, naming nothing but the cursor."""
+    theirs = the_end(ledger)
+    stranger = store.tenant(f"{ledger.tenant}-stranger")
+    assert list(stranger.tail(theirs)) == []
+    conv = stranger.create_conversation().id
+    say(stranger, conv, "mine")
+    assert texts(settled(stranger, after=theirs)) == ["mine"]
+
+    ahead = past(backend, the_end(stranger))
+    said = []
+    for who in (ledger, stranger, store.tenant(f"{ledger.tenant}-nobody")):
+        with pytest.raises(InvalidInputError) as refused:
+            who.tail(ahead)
+        said.append(str(refused.value))
+    assert said[0] == said[1] == said[2]
+    assert not re.search(r"\d", said[0].replace(repr(ahead), "")), "it names no other position"

@@ -21,17 +21,41 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from chatledger import __version__
-from chatledger.engine._cli._common import DEFAULT_TENANT, EXIT_ERROR, LEASE_SECONDS, cli_message
+from chatledger.engine._cli._common import (
+    DEFAULT_TENANT,
+    EXIT_ERROR,
+    EXIT_PIPE,
+    LEASE_SECONDS,
+    cli_message,
+)
 from chatledger.store._errors import ChatledgerError
 
 __all__ = ["main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; return the exit status."""
+    """Run the command line; return the exit status.
+
+    A reader that went away (`chatledger ... | head -1`) ends every command
+    quietly, as Python's documentation of SIGPIPE recommends: stdout is
+    flushed here, so a failed write shows before the interpreter's own last
+    flush, and is then pointed at the null device so that flush cannot fail.
+    """
+    try:
+        try:
+            return _run(argv)
+        finally:
+            sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_PIPE
+
+
+def _run(argv: Sequence[str] | None) -> int:
     parser = _parser()
     _complete(parser)
     args = parser.parse_args(argv)
@@ -40,6 +64,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     try:
         return int(_handler(args.handler)(args))
+    except BrokenPipeError:
+        raise  # the reader went away: `main` ends quietly
     except ChatledgerError as error:
         # One line, whatever the driver's message looked like.
         print(f"chatledger: error: {cli_message(error)}", file=sys.stderr)
@@ -109,6 +135,15 @@ def _count(low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, with its errors one line as every other error of the command."""
+
+    def error(self, message: str) -> NoReturn:
+        # Its subcommands' parsers are of this class too (`add_subparsers`
+        # makes them of the parent's), so `prog` names the command at fault.
+        self.exit(2, f"chatledger: error: {' '.join(message.split())}; see '{self.prog} --help'\n")
+
+
 def _parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
@@ -123,7 +158,7 @@ def _parser() -> argparse.ArgumentParser:
     output = argparse.ArgumentParser(add_help=False)
     output.add_argument("--json", action="store_true", help="print JSON for programs")
 
-    parser = argparse.ArgumentParser(
+    parser: argparse.ArgumentParser = _Parser(
         prog="chatledger", description="An event-sourced conversation store for LLM agents."
     )
     parser.add_argument("--version", action="version", version=f"chatledger {__version__}")

@@ -44,7 +44,6 @@ __all__ = [
     "print_json",
     "print_table",
     "progress",
-    "reader_gone",
     "to_json",
     "where",
 ]
@@ -61,14 +60,6 @@ EXIT_ERROR = 1
 
 EXIT_PIPE = 141
 """The exit status of a command whose reader went away (`| head`): a SIGPIPE death's."""
-
-
-def reader_gone() -> int:
-    """After a `BrokenPipeError` on stdout: say nothing, keep the interpreter's last
-    flush of stdout from failing again on the way out, and return `EXIT_PIPE`."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    return EXIT_PIPE
 
 
 class UsageError(ChatledgerError):

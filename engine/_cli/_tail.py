@@ -25,7 +25,7 @@ import sys
 from typing import Any
 
 from chatledger.engine._cli._audit import EVENT_EXCLUDE, event_row
-from chatledger.engine._cli._common import open_store, print_json, reader_gone, to_json
+from chatledger.engine._cli._common import open_store, print_json, to_json
 from chatledger.store import Event, Page
 
 # Fixed widths: a followed tail prints rows long before it has seen them all.
@@ -42,13 +42,6 @@ _WIDTHS = {
 
 
 def tail(args: argparse.Namespace) -> int:
-    try:
-        return _tail(args)
-    except BrokenPipeError:
-        return reader_gone()
-
-
-def _tail(args: argparse.Namespace) -> int:
     printed = False
     with open_store(args) as store:
         pages = store.tenant(args.tenant).tail(

@@ -34,20 +34,12 @@ from chatledger.engine._cli._common import (
     open_store,
     print_json,
     progress,
-    reader_gone,
     to_json,
 )
 from chatledger.store import ExportReport, ImportReport
 
 
 def export(args: argparse.Namespace) -> int:
-    try:
-        return _export(args)
-    except BrokenPipeError:
-        return reader_gone()
-
-
-def _export(args: argparse.Namespace) -> int:
     to_stdout = args.output in (None, "-")
     if to_stdout and args.json:
         raise UsageError(

@@ -31,7 +31,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Row
 
 from chatledger.store._errors import InvalidInputError
-from chatledger.store._sql.dialect import commit_order, past_cursor, snapshot_horizon
+from chatledger.store._sql.dialect import MAX_SEQ, commit_order, past_cursor, snapshot_horizon
 from chatledger.store._values import VALUE_CONFIG
 
 __all__ = [
@@ -49,7 +49,9 @@ T = TypeVar("T")
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 10_000
 
-_CURSOR = re.compile(r"(\d{1,19}):(\d{1,19})")
+# As chatledger prints a cursor: ASCII digits (`\d` would take any script's), no
+# leading zeros; each part a bigint, at most `MAX_SEQ` (checked after the match).
+_CURSOR = re.compile(r"(0|[1-9][0-9]{0,18}):(0|[1-9][0-9]{0,18})")
 
 
 @dataclass(frozen=True)
@@ -102,12 +104,13 @@ def _parse(after: str | None) -> tuple[int, int] | None:
     if after is None:
         return None
     match = _CURSOR.fullmatch(after) if isinstance(after, str) else None
-    if match is None:
+    parsed = None if match is None else (int(match[1]), int(match[2]))
+    if parsed is None or max(parsed) > MAX_SEQ:
         raise InvalidInputError(
             f"{after!r} is not an audit cursor. Pass the `next_after` of a page exactly as "
             f"chatledger returned it."
         )
-    return int(match[1]), int(match[2])
+    return parsed
 
 
 def read_page(
