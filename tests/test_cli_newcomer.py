@@ -212,6 +212,8 @@ def test_resume_run_id_says_why_not_in_a_sentence_for_each_state(
     assert "--tenant" in line and "store.tenant" not in line
     line = error_line("resume", live.run_id, "--once", *args, url=database_url)
     assert "--once" in line
+    line = error_line("resume", "--once", *args, url=database_url)
+    assert "serves every tenant" in line
 
 
 def test_resume_run_id_resumes_a_crashed_run_and_a_canceled_one_once(

@@ -231,7 +231,6 @@ def _parser() -> argparse.ArgumentParser:
         "_commands:resume",
         "resume crashed runs with a worker, or one run now",
         common,
-        tenant,
         output,
     )
     p.description = (
@@ -243,6 +242,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "run", type=_id, nargs="?", metavar="RUN_ID", help="resume this run now, then exit"
+    )
+    p.add_argument(
+        "--tenant",
+        help=f"the tenant of RUN_ID (default: {DEFAULT_TENANT}); the worker serves every tenant",
     )
     p.add_argument("--agent", required=True, help="the agent, as module:attribute")
     p.add_argument("--once", action="store_true", help="one pass, then exit")

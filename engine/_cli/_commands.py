@@ -203,6 +203,11 @@ def resume(args: argparse.Namespace) -> int:
             "resume RUN_ID resumes that one run and exits: leave out --once and --concurrency, "
             "which are for the worker."
         )
+    if args.run is None and args.tenant is not None:
+        raise UsageError(
+            "The resume worker serves every tenant: leave out --tenant, or pass the RUN_ID "
+            "of that tenant's run to resume."
+        )
     agent = load_agent(args.agent)
     with open_store(args) as store:
         workers = [
@@ -216,7 +221,7 @@ def resume(args: argparse.Namespace) -> int:
             for _ in range(max(1, args.concurrency))
         ]
         if args.run is not None:
-            return _resume_one(args, workers[0], store.tenant(args.tenant))
+            return _resume_one(args, workers[0], store.tenant(args.tenant or DEFAULT_TENANT))
         if args.once:
             outcomes = asyncio.run(workers[0].run_once(limit=1000))
             for outcome in outcomes:
