@@ -279,7 +279,7 @@ def test_unreachable_database_gives_one_clear_line() -> None:
     [
         (["runs", "--status", "sideways"], "invalid choice: 'sideways'", "chatledger runs"),
         (["tail", "--limit", "0"], "0 is not from 1 to 10,000", "chatledger tail"),
-        (["history"], "the following arguments are required", "chatledger history"),
+        (["fork"], "the following arguments are required", "chatledger fork"),
         (["fork", "x", "--at", "many"], "'many' is not a whole number", "chatledger fork"),
         (["audit"], "the following arguments are required", "chatledger audit"),
         (["audit", "events", "--limit", "x"], "invalid int value", "chatledger audit events"),
