@@ -664,13 +664,15 @@ def claim_stale_runs(
     check_limit(limit)
     check_seconds(lease_seconds, "lease_seconds")
     check_int(max_attempts, "max_attempts", minimum=1, maximum=MAX_INT32)
+    if run_id is not None:
+        check_id(run_id, "run")
     query = sa.select(runs).where(
         runs.c.status == "running", runs.c.lease_expires_at <= db_now(conn)
     )
     if tenant is not None:
         query = query.where(runs.c.tenant == tenant)
     if run_id is not None:
-        query = query.where(runs.c.id == check_id(run_id, "run"))
+        query = query.where(runs.c.id == run_id)
     query = query.order_by(runs.c.lease_expires_at).limit(limit)
     if not is_sqlite(conn):
         query = query.with_for_update(skip_locked=True)
