@@ -11,7 +11,8 @@ tables. A block passes when it exits 0; its `assert`s are what it checks.
 
 A block whose first line is the visible comment `# continues the example
 above` runs after the blocks it continues (back to one that does not), in
-the same process: what a reader pastes is that chain. Markers, each on the
+the same process: what a reader pastes is that chain. Each chain runs once,
+whole; its shorter prefixes run within it. Markers, each on the
 line before a block, say what the test does with it:
 
 - `<!-- docs-test: postgres -->`: run on Postgres only (the block reads
@@ -20,8 +21,9 @@ line before a block, say what the test does with it:
   output sample, a synopsis, an install step, a server that runs until it is
   stopped.
 
-Every other block, whatever its language, must carry one of them, except
-the SQL queries of docs/tables.md, which tests/test_docs_sql.py runs.
+Every other block, whatever its language, must carry one of them, or be a
+SQL query marked `<!-- query: NAME -->` (tests/test_docs_sql.py and
+tests/test_audit.py run those against the store) or one of docs/tables.md.
 """
 
 from __future__ import annotations
@@ -84,7 +86,7 @@ ALL = [block for page in PAGES for block in blocks(page)]
 
 
 def chains() -> list[list[Block]]:
-    """Each runnable block, preceded by the blocks it continues."""
+    """Each runnable block, preceded by the blocks it continues; one run per chain."""
     out: list[list[Block]] = []
     for page in PAGES:
         chain: list[Block] = []
@@ -94,6 +96,8 @@ def chains() -> list[list[Block]]:
             continues = block.code.startswith(CONTINUES)
             assert not continues or chain, f"{block.id} continues nothing"
             assert not continues or chain[-1].language == block.language, block.id
+            if continues:
+                out.pop()  # the longer chain runs its prefix too, first
             chain = [*chain, block] if continues else [block]
             out.append(chain)
     return out
@@ -117,7 +121,7 @@ def test_every_block_is_run_or_says_why_not() -> None:
         if b.marker not in (None, "query", "postgres") and not b.marker.startswith("not run (")
     ]
     assert bad == [], f"unknown docs-test markers: {bad}"
-    assert len(CHAINS) >= 30
+    assert len(CHAINS) >= 15
 
 
 def snippet_env(database_url: str | None) -> dict[str, str]:
@@ -128,6 +132,25 @@ def snippet_env(database_url: str | None) -> dict[str, str]:
     if database_url is not None:
         env["CHATLEDGER_DATABASE_URL"] = database_url
     return env
+
+
+def run_page_python(page: str, where: Path) -> str:
+    """Run every runnable Python example of `page` as one program in `where`; its stdout."""
+    code = "\n".join(
+        b.code
+        for b in blocks(ROOT / "docs" / page)
+        if b.language == "python" and not (b.marker or "").startswith("not run")
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=where,
+        env=snippet_env(None),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
 
 
 @pytest.mark.parametrize("chain", CHAINS, ids=[c[-1].id for c in CHAINS])
