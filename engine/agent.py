@@ -44,7 +44,7 @@ class Agent:
     """A model, its instructions and tools, and the rules of a run.
 
     Args:
-        model: any `engine.providers.Model`.
+        model: any `chatledger.engine.providers.Model`.
         instructions: static instructions, first in the system message.
         instructions_fn: dynamic instructions, resolved once per run and
             placed after the static text and a blank line (empty adds nothing).
