@@ -317,10 +317,10 @@ def stream_problem(events: list[tuple[str, Any]], conversation_id: str | None) -
     after = "".join(d["text"] for _, d in events[result + 1 : -1])
     if before != PREFACE or after != answer["answer"]:
         return f"deltas {before!r} / {after!r} against the answer {answer['answer']!r}"
-    if start["run_id"] != answer["run_id"]:
-        return f"start run {start['run_id']} but answer run {answer['run_id']}"
-    if conversation_id is not None and answer["conversation_id"] != conversation_id:
-        return f"asked in {conversation_id}, answered in {answer['conversation_id']}"
+    if start["runId"] != answer["runId"]:
+        return f"start run {start['runId']} but answer run {answer['runId']}"
+    if conversation_id is not None and answer["conversationId"] != conversation_id:
+        return f"asked in {conversation_id}, answered in {answer['conversationId']}"
     return None
 
 
@@ -337,7 +337,7 @@ async def http_client(
         continuing = n % 2 == 1 and conversation is not None
         body: dict[str, Any] = {"question": question(number, n)}
         if continuing:
-            body["conversation_id"] = conversation
+            body["conversationId"] = conversation
         n += 1
         began = time.perf_counter()
         timed = began >= warm_end
@@ -381,11 +381,11 @@ async def http_client(
             conversation = None
             continue
         answer = events[-1][1]
-        tally.acknowledged[answer["run_id"]] = answer["answer"]
+        tally.acknowledged[answer["runId"]] = answer["answer"]
         if started is not None and timed:
             tally.start.append(started - began)
         tally.done(began, first, answered, timed)
-        conversation = answer["conversation_id"]
+        conversation = answer["conversationId"]
 
 
 async def load_service(

@@ -21,7 +21,7 @@ The run, each model request and each tool call are also OpenTelemetry spans
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Any, Protocol, TypeVar
 
@@ -147,6 +147,7 @@ class Run:
         *,
         on_delta: DeltaCallback | None = None,
         on_message: MessageCallback | None = None,
+        on_start: Callable[[RunCursor], Awaitable[None] | None] | None = None,
         resumes: str | None = None,
     ) -> None:
         self.agent = agent
@@ -162,6 +163,7 @@ class Run:
         self.lease_seconds = lease_seconds
         self.on_delta = on_delta
         self.on_message = on_message
+        self.on_start = on_start
         self.conversation_id = ""
         self.cursor: RunCursor | None = None
         self.lock = asyncio.Lock()
@@ -189,6 +191,9 @@ class Run:
         try:
             await self._open()
             heartbeat = asyncio.create_task(self._heartbeat())
+            if self.on_start is not None:
+                assert self.cursor is not None
+                await _maybe_await(self.on_start(self.cursor))
             view = await self._view()
             await self._loop(view)
             return await self._complete()

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from chatledger.engine._ledger import as_async
@@ -34,7 +34,7 @@ from chatledger.engine._values import (
 )
 from chatledger.engine.providers import DeltaCallback, Model
 from chatledger.engine.tools import Tool
-from chatledger.store import AsyncLedger, HistoryProcessor, Ledger, Message
+from chatledger.store import AsyncLedger, HistoryProcessor, Ledger, Message, RunCursor
 from chatledger.store.history import instructions_digest
 
 __all__ = ["Agent", "Hit", "Result", "RunContext", "Source"]
@@ -175,6 +175,7 @@ class Agent:
         *,
         on_delta: DeltaCallback,
         on_message: MessageCallback | None = None,
+        on_start: Callable[[RunCursor], Awaitable[None] | None] | None = None,
         history: Sequence[tuple[str, str]] | None = None,
         run_id: str | None = None,
         owner: str = "agent",
@@ -182,9 +183,11 @@ class Agent:
     ) -> Result:
         """`run_async`, streaming each model response's deltas to `on_delta`.
 
-        `on_message` receives each message the run records (a model turn with
-        its tool calls, a tool result), after the log has it: a stream built
-        from it never shows what a crash could lose.
+        `on_start` receives the run's cursor (its id and its conversation's,
+        a new conversation's too) once the log has the run, before the first
+        model request. `on_message` receives each message the run records (a
+        model turn with its tool calls, a tool result), after the log has it:
+        a stream built from them never shows what a crash could lose.
 
         Args:
             ledger: the tenant's ledger the run reads and records in.
@@ -194,6 +197,7 @@ class Agent:
             on_delta: called with each fragment of the model's text as it
                 streams.
             on_message: called with each message once the log has it.
+            on_start: called with the run's cursor once the log has the run.
             history: flat `(role, text)` pairs the caller brings (untrusted),
                 continued instead of the ledger's history.
             run_id: the new run's id (a UUID), for a caller that mints its
@@ -215,6 +219,7 @@ class Agent:
             lease_seconds,
             on_delta=on_delta,
             on_message=on_message,
+            on_start=on_start,
         ).execute()
 
     async def run_with_history_async(
@@ -335,6 +340,7 @@ class Agent:
         *,
         on_delta: DeltaCallback,
         on_message: MessageCallback | None = None,
+        on_start: Callable[[RunCursor], Awaitable[None] | None] | None = None,
         history: Sequence[tuple[str, str]] | None = None,
         run_id: str | None = None,
         owner: str = "agent",
@@ -348,6 +354,7 @@ class Agent:
                 conversation_id,
                 on_delta=on_delta,
                 on_message=on_message,
+                on_start=on_start,
                 history=history,
                 run_id=run_id,
                 owner=owner,

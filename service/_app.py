@@ -2,6 +2,7 @@
 
     POST /v1/ask                            answer a question (JSON)
     POST /v1/ask/stream                     answer it as Server-Sent Events
+    GET  /v1/conversations                  the tenant's conversations, newest first
     GET  /v1/conversations/{id}             a conversation
     GET  /v1/conversations/{id}/messages    its head history (or at a position)
     GET  /v1/conversations/{id}/runs        its runs, newest first
@@ -10,7 +11,10 @@
     GET  /healthz, /openapi.json, /docs     open, without a key
 
 Every `/v1` request carries one API key, which chooses its tenant
-(`service._boundary`); no route takes a tenant from the request. Content
+(`service._boundary`); no route takes a tenant from the request. Every
+response is a model of `service._models`, camelCase, so `/openapi.json`
+describes what comes back; `/docs` is Swagger UI from the installed
+`fastapi-offline`, with nothing loaded from elsewhere. Content
 classified RESTRICTED leaves neither for the model (the agent's
 `context_filter`) nor for the caller: every answer's sources, streamed or
 not, lose their RESTRICTED hits before an application's own `source_filter`
@@ -25,14 +29,13 @@ from typing import Annotated, Any
 
 from fastapi import Body, Depends, FastAPI, Query, Request, Security
 from fastapi.security import HTTPBearer
+from pydantic import BaseModel
 from sse_starlette import EventSourceResponse
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from chatledger.engine import Agent, Result, RunError, Source
-from chatledger.engine._cli._common import (
-    to_json,  # chatledger's JSON of a store value, as the CLI prints it
-)
 from chatledger.service._boundary import TENANT_SCOPE_KEY, Boundary
+from chatledger.service._docs import install_docs
 from chatledger.service._errors import (
     error_response,
     install_error_handlers,
@@ -40,19 +43,32 @@ from chatledger.service._errors import (
     run_failure,
 )
 from chatledger.service._keys import ApiKeys
-from chatledger.service._models import AskRequest, AskResponse, ErrorBody, ForkRequest, ForkResponse
+from chatledger.service._models import (
+    AskRequest,
+    AskResponse,
+    ConversationOut,
+    ConversationsOut,
+    ErrorBody,
+    ErrorDetail,
+    ForkRequest,
+    ForkResponse,
+    Health,
+    MessagesOut,
+    PositionedMessage,
+    RunOut,
+    RunsOut,
+)
 from chatledger.service._stream import RunStream, cancel_once, drive
 from chatledger.store import (
     AsyncLedger,
     AsyncStore,
     ChatledgerError,
-    Conversation,
-    Event,
     InvalidInputError,
-    Run,
+    NotFoundError,
     __version__,
     new_id,
 )
+from chatledger.store.history import normalize_history
 
 __all__ = ["SourceFilter", "create_app", "drop_restricted_sources"]
 
@@ -134,13 +150,17 @@ def create_app(
         description=(
             "Questions answered by an agent over chatledger's event log, with the "
             "conversation's history, its runs and their timelines. Every /v1 request "
-            "carries `Authorization: Bearer <key>`; the key chooses the tenant."
+            "carries `Authorization: Bearer <key>`; the key chooses the tenant. Every "
+            "body is camelCase; requests may spell a field in snake_case instead."
         ),
         lifespan=service.lifespan,
+        docs_url=None,  # served by install_docs, from an installed package
+        redoc_url=None,
     )
     install_error_handlers(app)
     app.add_middleware(Boundary, keys=keys, max_body_bytes=max_body_bytes)
     bearer = HTTPBearer(auto_error=False, description="An API key of the service's key file.")
+    install_docs(app)
 
     async def ledger(
         request: Request, _key: Annotated[Any, Security(bearer)] = None
@@ -149,9 +169,10 @@ def create_app(
 
     Ledger_ = Annotated[AsyncLedger, Depends(ledger)]
 
-    @app.get("/healthz", include_in_schema=False)
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
+    @app.get("/healthz", response_model=Health, tags=["service"])
+    async def healthz() -> Response:
+        """Whether the service is up: open, without a key, and it reads no database."""
+        return _json(Health(status="ok"))
 
     @app.post("/v1/ask", response_model=AskResponse, responses=_ERRORS, tags=["ask"])
     async def ask(request: AskRequest, ledger: Ledger_) -> Response:
@@ -168,25 +189,33 @@ def create_app(
             )
         except RunError as error:
             status, detail = await service.failure(ledger, error)
-            return error_response(status, detail.pop("message"), **detail)
-        return Response(service.answer(result).model_dump_json(), media_type="application/json")
+            return error_response(status, detail)
+        return _json(service.answer(result))
 
     @app.post(
         "/v1/ask/stream",
         responses={
-            200: {"content": {"text/event-stream": {}}, "description": "The run's events."},
+            200: {
+                "content": {"text/event-stream": {"schema": {"type": "string"}}},
+                "description": (
+                    "The run's events, each `event:` a name and `data:` one JSON object: "
+                    "`start` (StartEvent), `delta` ({text}), `tool_call` (ToolCallEvent), "
+                    "`tool_result` (ToolResultEvent), then `answer` (AskResponse) or "
+                    "`error` (ErrorDetail)."
+                ),
+            },
             **_ERRORS,
         },
         response_class=EventSourceResponse,
         tags=["ask"],
     )
     async def ask_stream(request: AskRequest, ledger: Ledger_) -> EventSourceResponse:
-        """Answer a question as Server-Sent Events: start, delta, tool_call, tool_result,
-        then answer or error. Closing the connection cancels the run; its partial is kept
-        and can be resumed."""
+        """Answer a question as Server-Sent Events: start (once the run is recorded),
+        delta, tool_call, tool_result, then answer or error. Closing the connection
+        cancels the run; its partial is kept and can be resumed."""
         if request.conversation_id is not None:
             await ledger.conversation(request.conversation_id)  # 404 before the stream
-        stream = RunStream(service.new_run_id(), request.conversation_id)
+        stream = RunStream(service.new_run_id())
         task = service.spawn(
             drive(
                 stream,
@@ -204,37 +233,90 @@ def create_app(
         # gone after a minute: its run is cancelled, its partial kept.
         return EventSourceResponse(stream.events(task), ping=15, send_timeout=60)
 
-    @app.get("/v1/conversations/{conversation_id}", tags=["read"], responses=_ERRORS)
-    async def conversation(conversation_id: str, ledger: Ledger_) -> JSONResponse:
-        """A conversation: its head and where it came from."""
-        found = await ledger.conversation(conversation_id)
-        return JSONResponse(to_json(found, Conversation, exclude={"head_open"}))
+    @app.get("/v1/conversations", response_model=ConversationsOut, tags=["read"], responses=_ERRORS)
+    async def conversations(
+        ledger: Ledger_,
+        limit: Annotated[int, Query(ge=1, le=1000, description="The page's size.")] = 50,
+        cursor: Annotated[
+            str | None,
+            Query(min_length=1, description="The `nextCursor` of the previous page."),
+        ] = None,
+    ) -> Response:
+        """The tenant's conversations, newest first, a page at a time."""
+        try:
+            # One more than the page, so the last page says it is the last.
+            found = await ledger.conversations(limit=limit + 1, before=cursor)
+        except (NotFoundError, InvalidInputError) as error:
+            # The cursor is a conversation of the key's tenant, which the store checks:
+            # another tenant's, or a made-up one, reads as no cursor this listing gave.
+            raise InvalidInputError(
+                f"The cursor {cursor!r:.80} is not one this listing gave out for your API "
+                f"key: pass the `nextCursor` of the previous page unchanged, or start again "
+                f"without `cursor`."
+            ) from error
+        page = found[:limit]
+        return _json(
+            ConversationsOut(
+                conversations=[ConversationOut.of(c) for c in page],
+                next_cursor=page[-1].id if len(found) > limit else None,
+            )
+        )
 
-    @app.get("/v1/conversations/{conversation_id}/messages", tags=["read"], responses=_ERRORS)
+    @app.get(
+        "/v1/conversations/{conversation_id}",
+        response_model=ConversationOut,
+        tags=["read"],
+        responses=_ERRORS,
+    )
+    async def conversation(conversation_id: str, ledger: Ledger_) -> Response:
+        """A conversation: its head and where it came from."""
+        return _json(ConversationOut.of(await ledger.conversation(conversation_id)))
+
+    @app.get(
+        "/v1/conversations/{conversation_id}/messages",
+        response_model=MessagesOut,
+        tags=["read"],
+        responses=_ERRORS,
+    )
     async def messages(
         conversation_id: str,
         ledger: Ledger_,
         at: Annotated[int | None, Query(ge=1, description="A position; default the head.")] = None,
-    ) -> JSONResponse:
-        """The conversation's history at its head (or at a position of the head's lineage), repaired."""
-        history = await ledger.history(conversation_id, at=at)
-        return JSONResponse(
-            {
-                "conversation_id": conversation_id,
-                "messages": [m.model_dump(mode="json", exclude_defaults=True) for m in history],
-            }
+    ) -> Response:
+        """The conversation's history at its head (or at a position of the head's lineage),
+        repaired, each message with its position."""
+        entries = await ledger.entries(conversation_id, at=at)
+        # The repair reuses the stored messages as they are (only the results it
+        # synthesizes are new), so each keeps its entry's position.
+        positions = {id(e.message): e.position.position for e in entries}
+        history, _ = normalize_history([e.message for e in entries])
+        return _json(
+            MessagesOut(
+                conversation_id=conversation_id,
+                messages=[
+                    PositionedMessage.model_validate(
+                        {**m.model_dump(exclude_defaults=True), "position": positions.get(id(m))}
+                    )
+                    for m in history
+                ],
+            ),
+            exclude_defaults=True,
         )
 
-    @app.get("/v1/conversations/{conversation_id}/runs", tags=["read"], responses=_ERRORS)
+    @app.get(
+        "/v1/conversations/{conversation_id}/runs",
+        response_model=RunsOut,
+        tags=["read"],
+        responses=_ERRORS,
+    )
     async def runs(
         conversation_id: str,
         ledger: Ledger_,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    ) -> JSONResponse:
+    ) -> Response:
         """The conversation's runs, newest first."""
         await ledger.conversation(conversation_id)  # a missing one is a 404, not an empty list
-        found = await ledger.runs(conversation_id=conversation_id, limit=limit)
-        return JSONResponse({"runs": to_json(found, list[Run])})
+        return _json(RunsOut(runs=await ledger.runs(conversation_id=conversation_id, limit=limit)))
 
     @app.post(
         "/v1/conversations/{conversation_id}/forks",
@@ -247,20 +329,24 @@ def create_app(
         conversation_id: str,
         ledger: Ledger_,
         body: Annotated[ForkRequest | None, Body()] = None,
-    ) -> ForkResponse:
+    ) -> Response:
         """Fork the conversation at a position (default its head): a new conversation
         that shares the history up to there, without copying it."""
         forked = await ledger.fork(conversation_id, at=body.at if body else None)
-        return ForkResponse(conversation_id=forked.id, forked_from=conversation_id)
+        return _json(ForkResponse(conversation_id=forked.id, forked_from=conversation_id), 201)
 
-    @app.get("/v1/runs/{run_id}", tags=["read"], responses=_ERRORS)
-    async def run(run_id: str, ledger: Ledger_) -> JSONResponse:
+    @app.get("/v1/runs/{run_id}", response_model=RunOut, tags=["read"], responses=_ERRORS)
+    async def run(run_id: str, ledger: Ledger_) -> Response:
         """One run and its timeline: every event it recorded, in order."""
         found = await ledger.run(run_id)
-        events = await ledger.events(run_id=run_id)
-        return JSONResponse({"run": to_json(found, Run), "events": to_json(events, list[Event])})
+        return _json(RunOut(run=found, events=await ledger.events(run_id=run_id)))
 
     return app
+
+
+def _json(body: BaseModel, status: int = 200, **options: Any) -> Response:
+    """`body` as the response: the route's `response_model`, serialized as it declares."""
+    return Response(body.model_dump_json(**options), status, media_type="application/json")
 
 
 class _Service:
@@ -325,7 +411,7 @@ class _Service:
             sources = list(self.source_filter(sources))
         return AskResponse.of(result, sources)
 
-    async def failure(self, ledger: AsyncLedger, error: RunError) -> tuple[int, dict[str, Any]]:
+    async def failure(self, ledger: AsyncLedger, error: RunError) -> tuple[int, ErrorDetail]:
         """The status and error fields of a failed run; `resume` only if the log holds a
         run to resume."""
         try:
@@ -338,4 +424,4 @@ class _Service:
     async def failure_detail(self, ledger: AsyncLedger, error: RunError) -> dict[str, Any]:
         """The error fields of a failed run, as a stream's `error` event sends them."""
         _, detail = await self.failure(ledger, error)
-        return detail
+        return detail.model_dump(mode="json", exclude_none=True)

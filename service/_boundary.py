@@ -30,7 +30,8 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-_OPEN = ("/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc", "/healthz")
+_OPEN = ("/openapi.json", "/docs", "/healthz")
+"""The paths open without a key; so is everything under `/docs/` (Swagger UI's assets)."""
 
 
 class _TooLarge(HTTPException):
@@ -61,7 +62,8 @@ class Boundary:
         self.max_body_bytes = max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in _OPEN:
+        path = scope.get("path", "")
+        if scope["type"] != "http" or path in _OPEN or path.startswith("/docs/"):
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}

@@ -2,8 +2,9 @@
 
 Errors are translated here and nowhere else: the store's errors by kind
 (another tenant's id is a 404 exactly like a missing one, because the store
-already refuses both alike), a failed run by its stage, a request the
-framework refused by what was wrong with it. A body always reads
+already refuses both alike) and in the API's words where the store's advice
+is about its Python calls (`http_message`), a failed run by its stage, a
+request the framework refused by what was wrong with it. A body always reads
 `{"error": {"type": ..., "message": ...}}`; a failed run adds its stage, ids
 and the run to resume.
 """
@@ -15,6 +16,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from pydantic.alias_generators import to_camel
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse, Response
 
@@ -30,6 +32,7 @@ from chatledger.store import (
 
 __all__ = [
     "error_response",
+    "http_message",
     "install_error_handlers",
     "refusal_detail",
     "run_failure",
@@ -53,20 +56,33 @@ _STATUS_TYPES = {
 
 
 def error_response(
-    status: int,
-    message: str,
-    *,
-    type: str | None = None,
-    headers: Mapping[str, str] | None = None,
-    **detail: Any,
+    status: int, error: str | ErrorDetail, *, headers: Mapping[str, str] | None = None
 ) -> JSONResponse:
     """A JSON error response: `{"error": {"type", "message", ...}}`.
 
-    `type` defaults to the status's (`not_found`, `invalid_request`...).
+    A plain message gets the status's `type` (`not_found`, `invalid_request`...).
     """
-    kind = type or _STATUS_TYPES.get(status, "error")
-    body = ErrorBody(error=ErrorDetail(type=kind, message=sentence(message), **detail))
-    return JSONResponse(body.model_dump(exclude_none=True), status, headers=dict(headers or {}))
+    if isinstance(error, str):
+        error = ErrorDetail(type=_STATUS_TYPES.get(status, "error"), message=sentence(error))
+    body = ErrorBody(error=error)
+    return JSONResponse(
+        body.model_dump(mode="json", exclude_none=True), status, headers=dict(headers or {})
+    )
+
+
+def http_message(error: ChatledgerError) -> str:
+    """What the store's `error` says to an HTTP client, in the API's own terms.
+
+    The store's sentences name its Python calls (`store.tenant(...)`, `at=`);
+    a client of the API can act only on ids, keys and fields, so the errors
+    whose advice is about the Python face are worded again here.
+    """
+    if isinstance(error, NotFoundError):
+        return (
+            f"There is no {error.kind} '{error.ident}' for your API key's tenant. Check the "
+            f"id; a {error.kind} made with another tenant's key is not visible with this one."
+        )
+    return sentence(str(error))
 
 
 def store_status(error: ChatledgerError) -> int:
@@ -89,10 +105,11 @@ def store_status(error: ChatledgerError) -> int:
 
 def refusal_detail(error: ChatledgerError) -> dict[str, Any]:
     """The error fields of a request refused before its run began (a stream's `error`)."""
-    return {"type": _STATUS_TYPES[store_status(error)], "message": sentence(str(error))}
+    detail = ErrorDetail(type=_STATUS_TYPES[store_status(error)], message=http_message(error))
+    return detail.model_dump(mode="json", exclude_none=True)
 
 
-def run_failure(error: RunError, resumable: bool) -> tuple[int, dict[str, Any]]:
+def run_failure(error: RunError, resumable: bool) -> tuple[int, ErrorDetail]:
     """The status and error fields of a run that stopped: where, and which run to resume.
 
     The guard refusing the question is the request's fault (422); a model
@@ -106,15 +123,14 @@ def run_failure(error: RunError, resumable: bool) -> tuple[int, dict[str, Any]]:
         status = 503
     else:
         status = {"guard": 422, "model": 502, "conflict": 409}.get(error.stage, 500)
-    detail = {
-        "type": {409: "conflict", 503: "unavailable"}.get(status, "run_failed"),
-        "message": sentence(str(error)),
-        "stage": error.stage,
-        "run_id": error.run_id,
-        "conversation_id": error.conversation_id or None,
-        "resume": error.run_id if resumable and status != 409 else None,
-    }
-    return status, {k: v for k, v in detail.items() if v is not None}
+    return status, ErrorDetail(
+        type={409: "conflict", 503: "unavailable"}.get(status, "run_failed"),
+        message=sentence(str(error)),
+        stage=error.stage,
+        run_id=error.run_id,
+        conversation_id=error.conversation_id or None,
+        resume=error.run_id if resumable and status != 409 else None,
+    )
 
 
 def sentence(text: str) -> str:
@@ -140,6 +156,11 @@ def _validation_message(error: RequestValidationError) -> tuple[int, str]:
     if kind == "missing":
         return 422, f"The field {where!r} is required."
     if kind == "extra_forbidden":
+        if to_camel(where) != where and where.count(".") == 0:
+            return 422, (
+                f"The field {to_camel(where)!r} is sent twice, also as {where!r}: send it "
+                f"once, spelled either way."
+            )
         return 422, f"The field {where!r} is not a field of this request; remove it."
     return 422, sentence(f"{where}: {message}")
 
@@ -164,7 +185,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(ChatledgerError)
     async def _store(_request: Request, error: ChatledgerError) -> Response:
-        return error_response(store_status(error), sentence(str(error)))
+        return error_response(store_status(error), http_message(error))
 
     @app.exception_handler(Exception)
     async def _defect(_request: Request, error: Exception) -> Response:

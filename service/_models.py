@@ -1,31 +1,58 @@
 """The service's wire values: what a request may hold and what a response says.
 
-The models are the OpenAPI schema too (`/openapi.json`). Field names are
-snake_case on the wire, as request bodies of HTTP APIs usually are; messages,
-runs and events keep the camelCase of chatledger's own JSON (`Message` and
-the store's values), so a client reads them with the contract's names.
+The models are the OpenAPI schema too (`/openapi.json`): every route answers
+with one of them. Field names are camelCase on the wire, everywhere, as in
+chatledger's own JSON (`Message` and the store's values, which the responses
+embed as they are), so one convention covers every body and stream event. A
+request may spell a field in snake_case too (`conversation_id`), but not both
+ways at once (docs/adr/0038-one-http-api-shape.md).
 """
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.alias_generators import to_camel
 
 from chatledger.engine import Result, Source
+from chatledger.store import Conversation, Event, ForkPoint, Message, Position, Run
 
 __all__ = [
     "AskRequest",
     "AskResponse",
+    "ConversationOut",
+    "ConversationsOut",
     "ErrorBody",
     "ErrorDetail",
     "ForkRequest",
     "ForkResponse",
+    "Health",
+    "MessagesOut",
+    "PositionedMessage",
+    "RunOut",
+    "RunsOut",
+    "StartEvent",
+    "ToolCallEvent",
+    "ToolResultEvent",
     "UsageOut",
+    "Wire",
 ]
 
 
-class AskRequest(BaseModel):
+class Wire(BaseModel):
+    """A body of the service: camelCase on the wire, snake_case accepted on input."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        validate_by_name=True,
+        validate_by_alias=True,
+        serialize_by_alias=True,
+    )
+
+
+class AskRequest(Wire):
     """A question for the agent, with an optional conversation and flat history."""
 
     model_config = ConfigDict(extra="forbid")
@@ -76,7 +103,7 @@ class AskRequest(BaseModel):
         return value
 
 
-class UsageOut(BaseModel):
+class UsageOut(Wire):
     """The run's token usage."""
 
     input_tokens: int
@@ -85,7 +112,7 @@ class UsageOut(BaseModel):
     cache_write_tokens: int | None = None
 
 
-class AskResponse(BaseModel):
+class AskResponse(Wire):
     """A completed run's answer."""
 
     conversation_id: str
@@ -117,22 +144,131 @@ class AskResponse(BaseModel):
         )
 
 
-class ForkRequest(BaseModel):
+class ForkRequest(Wire):
     """Where to fork: a position on the head's lineage (default the head)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    at: int | None = Field(default=None, ge=1, description="A position; absent forks the head.")
+    at: int | None = Field(
+        default=None,
+        ge=1,
+        description="A position (a message's `position` keeps that message); absent forks the head.",
+    )
 
 
-class ForkResponse(BaseModel):
+class ForkResponse(Wire):
     """The new conversation."""
 
     conversation_id: str
     forked_from: str
 
 
-class ErrorDetail(BaseModel):
+class ConversationOut(Wire):
+    """A conversation: its head and where it came from."""
+
+    id: str
+    head: Position = Field(
+        description="The head: a branch and a position on it (positions count events)."
+    )
+    created_at: datetime
+    metadata: dict[str, Any]
+    forked_from: ForkPoint | None = None
+    key: str | None = Field(default=None, description="The caller's own name for it.")
+    state: dict[str, Any] = Field(default_factory=dict)
+    subject: str | None = Field(
+        default=None, description="Its erasure subject when its content is sealed."
+    )
+    erased_at: datetime | None = None
+
+    @classmethod
+    def of(cls, conversation: Conversation) -> ConversationOut:
+        return cls(
+            id=conversation.id,
+            head=conversation.head,
+            created_at=conversation.created_at,
+            metadata=conversation.metadata,
+            forked_from=conversation.forked_from,
+            key=conversation.key,
+            state=conversation.state,
+            subject=conversation.subject,
+            erased_at=conversation.erased_at,
+        )
+
+
+class ConversationsOut(Wire):
+    """A page of the tenant's conversations, newest first."""
+
+    conversations: list[ConversationOut]
+    next_cursor: str | None = Field(
+        description="Pass as `cursor` for the next page; null on the last page."
+    )
+
+
+class PositionedMessage(Message):
+    """A message of a history, with the position of the event that recorded it."""
+
+    position: int | None = Field(
+        default=None,
+        description=(
+            "The position of the event that recorded the message, on the history's "
+            "lineage. Positions count events, not messages (a run records more than its "
+            "messages); fork `at` a message's position to keep the history up to and "
+            "including it. Absent on a result the repair synthesized for an unanswered call."
+        ),
+    )
+
+
+class MessagesOut(Wire):
+    """A conversation's repaired history, oldest first."""
+
+    conversation_id: str
+    messages: list[PositionedMessage]
+
+
+class RunsOut(Wire):
+    """A conversation's runs, newest first."""
+
+    runs: list[Run]
+
+
+class RunOut(Wire):
+    """One run and its timeline: every event it recorded, in order."""
+
+    run: Run
+    events: list[Event]
+
+
+class Health(Wire):
+    """The service is up."""
+
+    status: str = Field(description="Always `ok`.")
+
+
+class StartEvent(Wire):
+    """The stream's `start` event: sent once the run and its conversation are recorded."""
+
+    run_id: str
+    conversation_id: str
+
+
+class ToolCallEvent(Wire):
+    """The stream's `tool_call` event."""
+
+    id: str | None
+    name: str
+    arguments: str = Field(description="The model's JSON text, verbatim.")
+
+
+class ToolResultEvent(Wire):
+    """The stream's `tool_result` event."""
+
+    call_id: str | None
+    name: str | None
+    content: str
+    failed: bool
+
+
+class ErrorDetail(Wire):
     """What went wrong, in a sentence, and for a failed run where it stopped."""
 
     type: str
@@ -145,7 +281,7 @@ class ErrorDetail(BaseModel):
     )
 
 
-class ErrorBody(BaseModel):
+class ErrorBody(Wire):
     """Every error response's body."""
 
     error: ErrorDetail

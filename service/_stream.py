@@ -1,11 +1,16 @@
 """A run as Server-Sent Events: what `/v1/ask/stream` sends, in order.
 
-    start        {run_id, conversation_id}       the run's ids (the conversation's once known)
-    delta        {text}                          a fragment of the model's text
-    tool_call    {id, name, arguments}           a call the model made (once recorded)
-    tool_result  {call_id, name, content, failed} a tool's result (once recorded)
-    answer       {AskResponse}                   the completed run, sources filtered
-    error        {ErrorDetail}                   where the run stopped and what to resume
+    start        {runId, conversationId}        the run's ids, once the log has the run
+    delta        {text}                         a fragment of the model's text
+    tool_call    {id, name, arguments}          a call the model made (once recorded)
+    tool_result  {callId, name, content, failed} a tool's result (once recorded)
+    answer       {AskResponse}                  the completed run, sources filtered
+    error        {ErrorDetail}                  where the run stopped and what to resume
+
+`start` comes once the run and its conversation (a new one too) are
+recorded, so a client that disconnects after it knows both ids; a request
+refused before the run began (the guard, a live run beside it) gets only
+`error`. Every event's data is camelCase, like every response's.
 
 The run works in its own task, apart from the response: a client that goes
 away cancels it (the run records `run.canceled` at stage `disconnect`, its
@@ -26,7 +31,8 @@ from sse_starlette import ServerSentEvent
 
 from chatledger.engine import Agent, Result, RunError
 from chatledger.engine.providers import Delta
-from chatledger.store import AsyncLedger, ChatledgerError, Message
+from chatledger.service._models import StartEvent, ToolCallEvent, ToolResultEvent, Wire
+from chatledger.store import AsyncLedger, ChatledgerError, Message, RunCursor
 
 __all__ = ["RunStream", "cancel_once", "drive"]
 
@@ -38,13 +44,17 @@ _END = object()
 class RunStream:
     """The events of one streamed run, fed by the run's callbacks, read by the response."""
 
-    def __init__(self, run_id: str, conversation_id: str | None) -> None:
+    def __init__(self, run_id: str) -> None:
         self.queue: asyncio.Queue[Any] = asyncio.Queue()
         self.run_id = run_id
-        self.put("start", {"run_id": run_id, "conversation_id": conversation_id})
 
-    def put(self, event: str, data: dict[str, Any]) -> None:
+    def put(self, event: str, data: dict[str, Any] | Wire) -> None:
+        if isinstance(data, Wire):
+            data = data.model_dump(mode="json")
         self.queue.put_nowait((event, data))
+
+    def on_start(self, cursor: RunCursor) -> None:
+        self.put("start", StartEvent(run_id=cursor.run_id, conversation_id=cursor.conversation_id))
 
     def on_delta(self, delta: Delta) -> None:
         if delta.kind == "text" and delta.text:
@@ -54,17 +64,17 @@ class RunStream:
         if message.role == "assistant":
             for call in message.tool_calls:
                 self.put(
-                    "tool_call", {"id": call.id, "name": call.name, "arguments": call.arguments}
+                    "tool_call", ToolCallEvent(id=call.id, name=call.name, arguments=call.arguments)
                 )
         elif message.role == "tool":
             self.put(
                 "tool_result",
-                {
-                    "call_id": message.tool_call_id,
-                    "name": message.tool_name,
-                    "content": message.text,
-                    "failed": bool(message.failed),
-                },
+                ToolResultEvent(
+                    call_id=message.tool_call_id,
+                    name=message.tool_name,
+                    content=message.text,
+                    failed=bool(message.failed),
+                ),
             )
 
     def close(self) -> None:
@@ -104,6 +114,7 @@ async def drive(
             conversation_id,
             on_delta=stream.on_delta,
             on_message=stream.on_message,
+            on_start=stream.on_start,
             history=history,
             run_id=stream.run_id,
             owner="serve",
@@ -123,7 +134,7 @@ async def drive(
                 "type": "internal_error",
                 "message": f"The service failed on this run ({type(error).__name__}). "
                 f"/v1/runs/{stream.run_id} shows what the run recorded.",
-                "run_id": stream.run_id,
+                "runId": stream.run_id,
             },
         )
     try:

@@ -437,7 +437,16 @@ class Ledger:
         return self._store.execute(self._ops.set_state(conversation_id, state, expected_state))
 
     def conversations(self, limit: int = 50, before: str | None = None) -> list[Conversation]:
-        """The tenant's conversations, newest first; pass the last id as `before` for more."""
+        """The tenant's conversations, newest first, at most `limit` of them.
+
+        Newest by id: minted ids are UUIDv7, so they sort in creation order. For
+        the next page pass the last conversation's id as `before`; the list is
+        short of `limit` only on the last page. A `before` that is no
+        conversation of this tenant (another tenant's id, a made-up one) is a
+        `NotFoundError` (`InvalidInputError` when it is not an id), so a cursor
+        never reaches another tenant's rows. Keyset pagination on the `(tenant,
+        id)` index: a deep page costs what the first does.
+        """
         return self._store.execute(self._ops.conversations(limit, before))
 
     def append_messages(

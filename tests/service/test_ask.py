@@ -41,21 +41,21 @@ async def test_ask_answers_and_the_run_is_in_the_log(
     body = response.json()
     assert body["answer"].startswith("Summary: sunny in")
     assert [s["ref"] for s in body["sources"]] == ["c1", "c2"]
-    assert (body["request_count"], body["tool_count"]) == (2, 2)
+    assert (body["requestCount"], body["toolCount"]) == (2, 2)
     ledger = sync_store.tenant(tenants.a)
-    run = ledger.run(body["run_id"])
-    assert run.status == "completed" and run.conversation_id == body["conversation_id"]
-    assert ledger.history(body["conversation_id"])[-1].text == body["answer"]
+    run = ledger.run(body["runId"])
+    assert run.status == "completed" and run.conversation_id == body["conversationId"]
+    assert ledger.history(body["conversationId"])[-1].text == body["answer"]
 
 
 async def test_a_conversation_continues(client_for: Client) -> None:
     client = client_for(retrieval_agent())
     first = (await client.post("/v1/ask", json={"question": "FY2024 revenue?"})).json()
     second = await client.post(
-        "/v1/ask", json={"question": "and oslo?", "conversation_id": first["conversation_id"]}
+        "/v1/ask", json={"question": "and oslo?", "conversation_id": first["conversationId"]}
     )
-    assert second.json()["conversation_id"] == first["conversation_id"]
-    history = await client.get(f"/v1/conversations/{first['conversation_id']}/messages")
+    assert second.json()["conversationId"] == first["conversationId"]
+    history = await client.get(f"/v1/conversations/{first['conversationId']}/messages")
     texts = [m["content"] for m in history.json()["messages"]]
     assert texts == [
         "FY2024 revenue?",
@@ -76,9 +76,9 @@ async def test_the_stream_sends_the_run_in_order(
     assert sorted(kinds[3:5]) == ["tool_result", "tool_result"]
     deltas = "".join(d["text"] for e, d in events if e == "delta")
     answer = events[-1][1]
-    assert deltas == answer["answer"] and answer["run_id"] == events[0][1]["run_id"]
-    assert {d["call_id"] for e, d in events if e == "tool_result"} == {"c1", "c2"}
-    run = sync_store.tenant(tenants.a).run(answer["run_id"])
+    assert deltas == answer["answer"] and answer["runId"] == events[0][1]["runId"]
+    assert {d["callId"] for e, d in events if e == "tool_result"} == {"c1", "c2"}
+    run = sync_store.tenant(tenants.a).run(answer["runId"])
     assert run.status == "completed"
 
 

@@ -111,7 +111,7 @@ async def test_another_tenants_ids_are_404_exactly_like_missing_ones(
     before = written(sync_store, tenants.a)
     other = client_for(weather_agent())
     other.headers["Authorization"] = f"Bearer {tenants.key_b}"
-    missing = {"conversation_id": new_id(), "run_id": new_id()}
+    missing = {"conversationId": new_id(), "runId": new_id()}
     requests = [
         ("GET", "/v1/conversations/{conversation_id}", None),
         ("GET", "/v1/conversations/{conversation_id}/messages", None),
@@ -124,7 +124,7 @@ async def test_another_tenants_ids_are_404_exactly_like_missing_ones(
     for method, path, body in requests:
         shapes = []
         for ids in (theirs, missing):
-            fill = {k: ids[k] for k in ("conversation_id", "run_id")}
+            fill = {"conversation_id": ids["conversationId"], "run_id": ids["runId"]}
             data = (
                 {k: v.format(**fill) if isinstance(v, str) else v for k, v in body.items()}
                 if body is not None
@@ -144,7 +144,7 @@ async def test_another_tenants_ids_are_404_exactly_like_missing_ones(
 async def test_the_read_endpoints(client_for: Client, tenants: Tenants) -> None:
     client = client_for(retrieval_agent())
     first = (await client.post("/v1/ask", json={"question": "FY2024 revenue?"})).json()
-    cid = first["conversation_id"]
+    cid = first["conversationId"]
     p1 = (await client.get(f"/v1/conversations/{cid}")).json()["head"]["position"]
     second = (
         await client.post("/v1/ask", json={"question": "oslo?", "conversation_id": cid})
@@ -158,11 +158,11 @@ async def test_the_read_endpoints(client_for: Client, tenants: Tenants) -> None:
     assert [m["role"] for m in at_two["messages"]] == ["user", "assistant"]
 
     runs = (await client.get(f"/v1/conversations/{cid}/runs")).json()["runs"]
-    assert [r["id"] for r in runs] == [second["run_id"], first["run_id"]]
+    assert [r["id"] for r in runs] == [second["runId"], first["runId"]]
     assert all(r["status"] == "completed" for r in runs)
 
-    timeline = (await client.get(f"/v1/runs/{first['run_id']}")).json()
-    assert timeline["run"]["id"] == first["run_id"]
+    timeline = (await client.get(f"/v1/runs/{first['runId']}")).json()
+    assert timeline["run"]["id"] == first["runId"]
     assert [e["kind"] for e in timeline["events"]] == [
         "run.started",
         "message.recorded",
@@ -174,8 +174,8 @@ async def test_the_read_endpoints(client_for: Client, tenants: Tenants) -> None:
 
     forked = await client.post(f"/v1/conversations/{cid}/forks", json={"at": p1})
     assert forked.status_code == 201, forked.text
-    fork_id = forked.json()["conversation_id"]
-    assert forked.json()["forked_from"] == cid
+    fork_id = forked.json()["conversationId"]
+    assert forked.json()["forkedFrom"] == cid
     history = (await client.get(f"/v1/conversations/{fork_id}/messages")).json()["messages"]
     assert [m["content"] for m in history] == at_two_contents(at_two)
     whole = await client.post(f"/v1/conversations/{cid}/forks")
@@ -220,12 +220,12 @@ async def test_a_failed_run_names_its_stage_and_the_run_to_resume(
         assert response.status_code == 502
         error = response.json()["error"]
     assert error["stage"] == "model" and "the model is down" in error["message"]
-    assert error["resume"] == error["run_id"]
+    assert error["resume"] == error["runId"]
     ledger = sync_store.tenant(tenants.a)
-    assert ledger.run(error["run_id"]).status == "failed"
+    assert ledger.run(error["runId"]).status == "failed"
     resumed = await Agent(ScriptedModel(["Back up."])).resume_async(ledger, error["resume"])
     assert resumed.output == "Back up."
-    assert ledger.history(error["conversation_id"])[-1].text == "Back up."
+    assert ledger.history(error["conversationId"])[-1].text == "Back up."
 
 
 async def test_a_sealed_runs_error_reads_opened_and_then_erased(
@@ -244,7 +244,7 @@ async def test_a_sealed_runs_error_reads_opened_and_then_erased(
         Agent(ScriptedModel([Message(role="assistant", tool_calls=[call])]), tools=[weather])
     )
     error = (await client.post("/v1/ask", json={"question": "Weather?"})).json()["error"]
-    timeline = (await client.get(f"/v1/runs/{error['run_id']}")).json()
+    timeline = (await client.get(f"/v1/runs/{error['runId']}")).json()
     ended = [e["payload"] for e in timeline["events"] if e["kind"] == "run.failed"]
     assert timeline["run"]["error"] == f"failed for {secret}"
     assert [e["error"] for e in ended] == [f"failed for {secret}"]
@@ -255,11 +255,11 @@ async def test_a_sealed_runs_error_reads_opened_and_then_erased(
                     "SELECT r.error, e.payload FROM chatledger_runs r JOIN chatledger_events e "
                     "ON e.run_id = r.id WHERE r.id = :r"
                 ),
-                {"r": error["run_id"]},
+                {"r": error["runId"]},
             ).all()
         assert rows and not any(secret in str(value) for row in rows for value in row)
-        store.tenant(tenants.a).erase(error["conversation_id"], reason="the person asked")
-    timeline = (await client.get(f"/v1/runs/{error['run_id']}")).json()
+        store.tenant(tenants.a).erase(error["conversationId"], reason="the person asked")
+    timeline = (await client.get(f"/v1/runs/{error['runId']}")).json()
     ended = [e["payload"] for e in timeline["events"] if e["kind"] == "run.failed"]
     assert timeline["run"]["error"] == "[erased]"
     assert [(e["stage"], e["error"], e["erased"]) for e in ended] == [("tool", "[erased]", True)]
@@ -271,7 +271,7 @@ async def test_the_openapi_schema_is_served_without_a_key(client_for: Client) ->
     schema = (await client.get("/openapi.json")).json()
     assert {"/v1/ask", "/v1/ask/stream", "/v1/runs/{run_id}"} <= set(schema["paths"])
     ask = schema["components"]["schemas"]["AskRequest"]
-    assert set(ask["properties"]) == {"question", "conversation_id", "history"}
+    assert set(ask["properties"]) == {"question", "conversationId", "history"}
     assert schema["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
     assert (await client.get("/docs")).status_code == 200
 
@@ -296,6 +296,6 @@ async def test_a_defect_during_a_stream_ends_it_with_an_error_event(
     events = stream_events(await client.post("/v1/ask/stream", json={"question": "Weather?"}))
     kind, error = events[-1]
     assert kind == "error" and error["type"] == "internal_error"
-    assert error["run_id"] == events[0][1]["run_id"] and "RuntimeError" in error["message"]
+    assert error["runId"] == events[0][1]["runId"] and "RuntimeError" in error["message"]
     assert "a filter with a bug" in caplog.text  # the traceback is logged, not sent
     assert "a filter with a bug" not in json.dumps(error)

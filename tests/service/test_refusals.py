@@ -61,14 +61,14 @@ async def test_a_refused_history_leaves_an_existing_conversation_as_it_was(
     first = (await client.post("/v1/ask", json={"question": "Weather?"})).json()
     before = state(sync_store, tenants.a)
     body = (
-        f'{{"question": "Again?", "conversation_id": "{first["conversation_id"]}", '
+        f'{{"question": "Again?", "conversation_id": "{first["conversationId"]}", '
         f'"history": {UNENCODABLE}}}'
     )
     status, error = outcome(await client.post(route, content=body, headers=JSON), route)
     assert status == (200 if route.endswith("stream") else 422)
     assert error["type"] == "invalid_request" and "surrogate" in error["message"]
     assert state(sync_store, tenants.a) == before
-    messages = await client.get(f"/v1/conversations/{first['conversation_id']}/messages")
+    messages = await client.get(f"/v1/conversations/{first['conversationId']}/messages")
     assert len(messages.json()["messages"]) == len(before[2][0]) > 0
 
 
@@ -143,7 +143,7 @@ async def test_an_ask_whose_head_another_writer_moved_is_409_and_asking_again_an
     error = response.json()["error"]
     assert (error["type"], error["stage"]) == ("conflict", "conflict")
     assert "resume" not in error and "Ask again" in error["message"]
-    assert ledger.run(error["run_id"]).stage == "conflict"
+    assert ledger.run(error["runId"]).stage == "conflict"
     # The advice, followed: the same question asked again is answered on the new head.
     again = await client.post(
         "/v1/ask", json={"question": "First?", "conversation_id": conversation_id}

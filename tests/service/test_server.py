@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -10,12 +11,13 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from chatledger.service import key_digest
 from chatledger.store import Store, new_id
 from tests.service.agents import blocking_agent, weather_agent
 from tests.service.conftest import Server, Tenants, sse_events
@@ -32,16 +34,16 @@ def test_ask_and_stream_over_a_real_socket(
         with client.stream(
             "POST",
             "/v1/ask/stream",
-            json={"question": "Again?", "conversation_id": answer["conversation_id"]},
+            json={"question": "Again?", "conversation_id": answer["conversationId"]},
         ) as response:
             assert response.status_code == 200
             lines.extend(response.iter_lines())
     events = [(e, json.loads(d)) for e, d in sse_events(lines)]
     assert [e for e, _ in events][:3] == ["start", "tool_call", "tool_call"]
     assert events[-1][0] == "answer"
-    assert events[-1][1]["conversation_id"] == answer["conversation_id"]
+    assert events[-1][1]["conversationId"] == answer["conversationId"]
     ledger = sync_store.tenant(tenants.a)
-    runs = ledger.runs(conversation_id=answer["conversation_id"])
+    runs = ledger.runs(conversation_id=answer["conversationId"])
     assert [r.status for r in runs] == ["completed", "completed"]
 
 
@@ -94,26 +96,68 @@ def _wait_for(condition: Callable[[], Any], what: str, seconds: float = 30.0) ->
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_a_client_that_disconnects_cancels_the_run_and_its_partial_is_resumable(
-    serve: Callable[..., Server], tenants: Tenants, sync_store: Store
+@contextlib.contextmanager
+def _chatledger_serve(database_url: str, agent: str, keys: Path) -> Iterator[str]:
+    """A real `chatledger serve` process on a free port; yields its URL."""
+    with _chatledger(
+        "serve",
+        "--agent",
+        agent,
+        "--database-url",
+        database_url,
+        "--keys",
+        str(keys),
+        "--port",
+        "0",
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+    ) as server:
+        try:
+            assert server.stderr is not None
+            url = None
+            for line in server.stderr:
+                found = re.search(r"Uvicorn running on (http://\S+)", line)
+                if found:
+                    url = found.group(1)
+                    break
+            assert url is not None, "the server did not start"
+            yield url
+        finally:
+            server.send_signal(signal.SIGINT)
+            server.communicate(timeout=60)  # drain stderr so the server can exit
+        assert server.returncode == 0
+
+
+def test_a_client_that_disconnects_learns_its_ids_and_the_run_waits_for_agent_resume(
+    own_database: str, tmp_path: Path
 ) -> None:
-    server = serve(blocking_agent())
-    with httpx.Client(base_url=server.url, headers=tenants.auth(tenants.key_a)) as client:
+    """The start event names the new conversation; the canceled run is resumable with
+    `Agent.resume`, and the `chatledger resume` worker leaves it (it takes crashed runs)."""
+    keys = tmp_path / "keys.json"
+    keys.write_text(json.dumps({key_digest("k"): "acme"}))
+    with (
+        _chatledger_serve(own_database, "tests.service.cli_agent:blocking", keys) as url,
+        httpx.Client(base_url=url, headers={"Authorization": "Bearer k"}) as client,
+    ):
         lines: list[str] = []
         with client.stream("POST", "/v1/ask/stream", json={"question": "Wait?"}) as response:
             for line in response.iter_lines():
                 lines.append(line)
                 if line.startswith("event: tool_call"):
                     break  # leave while the tool is still working
-        start = json.loads(sse_events(lines)[0][1])
-        run_id = start["run_id"]
+        event, data = sse_events(lines)[0]
+        start = json.loads(data)
+        assert event == "start" and set(start) == {"runId", "conversationId"}
+        run_id, conversation_id = start["runId"], start["conversationId"]
 
         def canceled() -> dict[str, Any] | None:
             run = client.get(f"/v1/runs/{run_id}").json()
             return run if run["run"]["status"] == "canceled" else None
 
         timeline = _wait_for(canceled, "the run to be recorded as canceled")
+        assert client.get(f"/v1/conversations/{conversation_id}").status_code == 200
     assert timeline["run"]["stage"] == "disconnect"
+    assert timeline["run"]["conversationId"] == conversation_id
     kinds = [e["kind"] for e in timeline["events"]]
     assert kinds[:5] == [
         "run.started",
@@ -123,10 +167,27 @@ def test_a_client_that_disconnects_cancels_the_run_and_its_partial_is_resumable(
         "message.recorded",
     ]
     assert kinds[-1] == "run.canceled"
-    ledger = sync_store.tenant(tenants.a)
-    resumed = blocking_agent().resume(ledger, run_id)
-    assert resumed.output == "Finished after waiting."
-    history = ledger.history(resumed.conversation_id)
+    worker = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "chatledger",
+            *("resume", "--once", "--json", "--database-url", own_database),
+            *("--agent", "tests.service.cli_agent:blocking"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert worker.returncode == 0, worker.stderr
+    assert run_id not in worker.stdout
+    with Store.open(own_database) as store:
+        ledger = store.tenant("acme")
+        assert ledger.run(run_id).status == "canceled"
+        assert [r.id for r in ledger.runs(conversation_id=conversation_id)] == [run_id]
+        resumed = blocking_agent().resume(ledger, run_id)
+        assert resumed.output == "Finished after waiting."
+        assert resumed.conversation_id == conversation_id
+        history = ledger.history(conversation_id)
     assert [m.role for m in history] == ["user", "assistant", "tool", "assistant"]
     assert history[1].tool_calls[0].id == "w1"
 
@@ -184,7 +245,7 @@ def test_chatledger_serve_and_api_key(database_url: str, tmp_path: Path) -> None
                 )
                 assert answer.status_code == 200, answer.text
             with Store.open(database_url) as store:
-                run = store.tenant(tenant).run(answer.json()["run_id"])
+                run = store.tenant(tenant).run(answer.json()["runId"])
                 assert run.status == "completed"
         finally:
             server.send_signal(signal.SIGINT)

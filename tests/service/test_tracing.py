@@ -22,7 +22,7 @@ async def test_an_asked_question_is_one_run_span_with_its_requests_and_tools(
     spans = [
         s
         for s in exporter.get_finished_spans()
-        if (s.attributes or {}).get("chatledger.run.id") == answer["run_id"]
+        if (s.attributes or {}).get("chatledger.run.id") == answer["runId"]
     ]
     by_name = sorted(s.name for s in spans)
     assert by_name == [
@@ -39,8 +39,8 @@ async def test_an_asked_question_is_one_run_span_with_its_requests_and_tools(
         if s is not run
     )
     assert {(s.attributes or {}).get("gen_ai.conversation.id") for s in spans} == {
-        answer["conversation_id"]
+        answer["conversationId"]
     }
     calls = {(s.attributes or {}).get("gen_ai.tool.call.id") for s in spans if "tool" in s.name}
     assert calls == {"c1", "c2"}
-    assert (run.attributes or {})["gen_ai.usage.output_tokens"] == answer["usage"]["output_tokens"]
+    assert (run.attributes or {})["gen_ai.usage.output_tokens"] == answer["usage"]["outputTokens"]
