@@ -465,7 +465,9 @@ class Ledger:
                 goes after whatever the head is.
             run_id: a run id to stamp on the events.
             idempotency_key: a retried append with the same key and content
-                writes nothing and returns the original.
+                writes nothing and returns the original; the key with other
+                content is an `InvalidInputError` (the caller's mistake: do
+                not retry it).
             create: create the conversation, with `metadata` and the id
                 `conversation_id`, when the tenant has none by that id, in the
                 same transaction as the append (one round trip on the fast

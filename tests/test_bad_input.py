@@ -249,14 +249,16 @@ def test_a_cursor_with_a_huge_position_is_invalid_input(store: Store, ledger: Le
     [["a"], ["a", "b", "c"], ["b", "a"], ["a", "B"]],
     ids=["shorter", "longer", "reordered", "changed"],
 )
-def test_a_key_replayed_with_other_content_is_a_conflict(
+def test_a_key_replayed_with_other_content_is_the_callers_mistake(
     store: Store, ledger: Ledger, retry: list[str]
 ) -> None:
+    """Not a `ConflictError`, which callers retry: the same retry fails for ever."""
     conv = ledger.create_conversation()
     ledger.append_messages(conv.id, [user("a"), user("b")], idempotency_key="k")
     before = counts(store)
-    with pytest.raises(ConflictError, match="different append"):
+    with pytest.raises(InvalidInputError, match="different append") as caught:
         ledger.append_messages(conv.id, [user(t) for t in retry], idempotency_key="k")
+    assert not isinstance(caught.value, ConflictError)
     assert counts(store) == before
 
 
@@ -267,9 +269,9 @@ def test_a_key_replayed_after_another_append_cannot_reach_into_it(
     ledger.append_messages(conv.id, [user("a"), user("b")], idempotency_key="k")
     ledger.append_messages(conv.id, [user("c")])
     before = counts(store)
-    with pytest.raises(ConflictError):
+    with pytest.raises(InvalidInputError, match="different append"):
         ledger.append_messages(conv.id, [user(t) for t in "abc"], idempotency_key="k")
-    with pytest.raises(ConflictError):
+    with pytest.raises(InvalidInputError, match="different append"):
         ledger.append_messages(conv.id, [user("a")], idempotency_key="k")
     assert counts(store) == before
     # The true retry still returns the original, the head where it now is.
@@ -277,7 +279,7 @@ def test_a_key_replayed_after_another_append_cannot_reach_into_it(
     assert [e.message.content for e in again.events if e.message] == ["a", "b"]
 
 
-def test_a_run_records_key_replayed_with_other_content_is_a_conflict(
+def test_a_run_records_key_replayed_with_other_content_is_the_callers_mistake(
     store: Store, ledger: Ledger
 ) -> None:
     conv = ledger.create_conversation()
@@ -288,7 +290,7 @@ def test_a_run_records_key_replayed_with_other_content_is_a_conflict(
     assert [e.seq for e in replay] == [e.seq for e in written] and replayed_cursor == after
     before = counts(store)
     for other in (two[:1], [*two, NewEvent.of_message(user("c"))]):
-        with pytest.raises(ConflictError):
+        with pytest.raises(InvalidInputError, match="different append"):
             ledger.record(cursor, other, idempotency_key="k")
     assert counts(store) == before
 
