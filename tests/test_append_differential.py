@@ -25,6 +25,7 @@ opened ones.
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 import threading
 import uuid
@@ -65,8 +66,10 @@ POOL = [
     Message(role="tool", tool_call_id="c1", tool_name="weather", content="sunny"),
     Message(role="tool", tool_call_id="absent", tool_name="weather", content="orphan"),
     Message(role="user", content="again \u00e9"),
+    Message(role="user", content="scored", score=math.nan),
 ]
-"""The messages a drawn append picks from (a tool call, its result, a result without a call)."""
+"""The messages a drawn append picks from (a tool call, its result, a result without a call,
+a NaN in a field this version does not know, which every form refuses)."""
 
 
 # -- the steps ---------------------------------------------------------------------
