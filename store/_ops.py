@@ -17,8 +17,8 @@ from typing import Any, TextIO, TypeVar, get_args
 
 from sqlalchemy.engine import Connection
 
-from chatledger.store import _repair
-from chatledger.store._cache import HeadCache, MessageCache
+from chatledger.store import _repair, _tails
+from chatledger.store._cache import HeadCache, MessageCache, TailCache
 from chatledger.store._checks import (
     MAX_INT32,
     check_choice,
@@ -38,6 +38,7 @@ from chatledger.store._crypto import (
     refuse_sealed,
 )
 from chatledger.store._errors import ConflictError, EncryptionError, InvalidInputError, SchemaError
+from chatledger.store._sealing import Program
 from chatledger.store._sql import append as _append
 from chatledger.store._sql import entries as _entries
 from chatledger.store._sql import erasure as _erasure
@@ -179,10 +180,12 @@ class Operations:
         cache: MessageCache,
         sealer: Sealer | None = None,
         heads: HeadCache | None = None,
+        tails: TailCache | None = None,
     ) -> None:
         self.tenant = _log.check_text(tenant, "tenant")
         self.cache = cache
         self.sealer = sealer
+        self._tails = tails
         # Postgres's in-place appends keep the heads they leave, for the next
         # append to the conversation to chain on (`HeadCache`); every other
         # write that moves a head forgets it, so that append need not miss first.
@@ -511,6 +514,46 @@ class Operations:
             build(PLAIN),
             sealing=Sealing(tenant, conversation_id, build, create=create, subject=subject),
         )
+
+    def report(
+        self, done: Appended, messages: Sequence[Message | dict[str, Any]]
+    ) -> Program[Appended]:
+        """`done`, the result of `append_messages(messages)`, with its repair report.
+
+        Computed from the tail of the history the append followed, as the last
+        append through this store to the conversation left it (`TailCache`), so
+        the chat loop reads nothing more. Only when that tail is not known and a
+        result answers a call made before the append is the history there read,
+        after the commit: it never changes, so the report is that of the append.
+        """
+        appended = [_as_message(m) for m in messages]
+        if not appended:
+            return done
+        cid, events = done.conversation_id, done.events
+        first = events[0]
+        # The point the messages follow: before the append's first event, or the
+        # creation of the conversation or branch it opens with (no message).
+        opening = first.kind in ("conversation.created", "branch.created")
+        before = Position(first.branch_id, first.position - (not opening))
+        # Position 1 holds a conversation's creation (a fork's positions continue its
+        # source's): no message comes before it.
+        tail: _tails.Tail | None = _tails.EMPTY_TAIL if before.position == 1 else None
+        if tail is None and self._tails is not None:
+            kept = self._tails.get(self.tenant, cid)
+            if kept is not None and (kept[0], kept[1]) == (before.branch_id, before.position):
+                tail = kept[2]
+        found = _tails.extend(tail, appended)
+        if found is None:
+            read = self.history(cid, before, repaired=False)
+            history: list[Message] = yield replace(read, replica=False)  # it must be there
+            found = _tails.extend(_tails.tail_of(history), appended)
+        assert found is not None
+        repair, after = found
+        if after is not None and self._tails is not None:
+            # Where the append ended (a replay's head may have moved on since).
+            end = events[-1]
+            self._tails.put(self.tenant, cid, (end.branch_id, end.position, after))
+        return replace(done, repair=repair)
 
     def history(
         self, conversation_id: str, at: int | Position | datetime | None, repaired: bool

@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from chatledger.store import _tail
 from chatledger.store._audit import Audit
-from chatledger.store._cache import HeadCache, MessageCache
+from chatledger.store._cache import HeadCache, MessageCache, TailCache
 from chatledger.store._crypto import KeyEncryptionKey, kek_for, sealer_for
 from chatledger.store._errors import ConflictError, EncryptionError, ErasedError
 from chatledger.store._ops import Operations, StoreOperations, completed
@@ -92,6 +92,7 @@ class Store:
         self._ops = StoreOperations()
         self.message_cache = MessageCache(message_cache)
         self._heads = HeadCache()
+        self._tails = TailCache()
         self.fast_paths = fast_paths
         """Whether operations try their plain-SQL form first (see `open`)."""
         self._replicas: Replicas | None = None  # set by `open` (see there)
@@ -212,7 +213,7 @@ class Store:
         self.execute(self._ops.migrate(partitions), connection)
 
     def _tenant_ops(self, tenant: str) -> Operations:
-        return Operations(tenant, self.message_cache, self._sealer, self._heads)
+        return Operations(tenant, self.message_cache, self._sealer, self._heads, self._tails)
 
     def run_retention(
         self,
@@ -365,7 +366,9 @@ class Ledger:
 
     def __init__(self, store: Store, tenant: str) -> None:
         self._store = store
-        self._ops = Operations(tenant, store.message_cache, store._sealer, store._heads)
+        self._ops = Operations(
+            tenant, store.message_cache, store._sealer, store._heads, store._tails
+        )
 
     @property
     def tenant(self) -> str:
@@ -478,7 +481,7 @@ class Ledger:
                 is the `ConflictError` of `create_conversation`.
             metadata: the new conversation's metadata; only with `create`.
         """
-        return self._store.execute(
+        done = self._store.execute(
             self._ops.append_messages(
                 conversation_id,
                 messages,
@@ -495,6 +498,7 @@ class Ledger:
                 subject=subject,
             )
         )
+        return drive(self._ops.report(done, messages), self._store.execute)
 
     def history(
         self,

@@ -14,7 +14,8 @@ database, each in a tenant of its own:
 - the async face likewise (`AsyncStore`), which runs the fast forms on the
   event loop, in threads, or not at all.
 
-What each step answered (the `Appended`, or the error's class and sentence)
+What each step answered (the `Appended`, its repair report included, or the
+error's class and sentence)
 and every row the four wrote (conversations, branches, events, caller ids,
 the head view) must be the same, ids anonymized in order of first
 appearance, times, sequence numbers and hashes left out (every chain is
@@ -295,6 +296,7 @@ class Run:
         return (
             appended.created,
             appended.head,
+            appended.repair,
             [
                 (
                     e.kind,

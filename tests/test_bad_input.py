@@ -151,7 +151,7 @@ _NOT_FINITE = {
         role="assistant", tool_calls=[ToolCall(id="c1", name="t", confidence=bad)]
     ),
     "parsed from JSON": lambda bad: load_message(
-        '{"role":"user","content":"x","score":%s}' % json.dumps(bad)
+        '{"role":"user","content":"x","score":' + json.dumps(bad) + "}"
     ),
 }
 
