@@ -505,7 +505,12 @@ class AsyncLedger:
                 subject=subject,
             )
         )
-        return await adrive(self._ops.report(done, messages), self._store.execute)
+        found = self._ops.report(done, messages)
+        if isinstance(found, Op):  # the report needs the history the append followed
+            history: list[Message] = await self._store.execute(found)
+            found = self._ops.report(done, messages, history)
+        assert isinstance(found, Appended)
+        return found
 
     async def history(
         self,

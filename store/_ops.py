@@ -38,7 +38,6 @@ from chatledger.store._crypto import (
     refuse_sealed,
 )
 from chatledger.store._errors import ConflictError, EncryptionError, InvalidInputError, SchemaError
-from chatledger.store._sealing import Program
 from chatledger.store._sql import append as _append
 from chatledger.store._sql import entries as _entries
 from chatledger.store._sql import erasure as _erasure
@@ -516,44 +515,53 @@ class Operations:
         )
 
     def report(
-        self, done: Appended, messages: Sequence[Message | dict[str, Any]]
-    ) -> Program[Appended]:
-        """`done`, the result of `append_messages(messages)`, with its repair report.
+        self,
+        done: Appended,
+        messages: Sequence[Message | dict[str, Any]],
+        history: list[Message] | None = None,
+    ) -> Appended | Op[list[Message]]:
+        """`done`, the result of `append_messages(messages)`, with its repair report; or,
+        when that needs the history the append followed, the read of it, whose result
+        to pass back as `history`.
 
-        Computed from the tail of the history the append followed, as the last
-        append through this store to the conversation left it (`TailCache`), so
-        the chat loop reads nothing more. Only when that tail is not known and a
-        result answers a call made before the append is the history there read,
-        after the commit: it never changes, so the report is that of the append.
+        The report comes from the tail of that history, as the last append through
+        this store to the conversation left it (`TailCache`): the chat loop reads
+        nothing more. Only when the tail is not known and a result answers a call
+        made before the append is the history read, after the commit: the history
+        at a committed position never changes, so the report is that of the append.
         """
-        appended = [_as_message(m) for m in messages]
-        if not appended:
+        if not messages:
             return done
+        appended = [m if isinstance(m, Message) else load_message(m) for m in messages]
         cid, events = done.conversation_id, done.events
         first = events[0]
         # The point the messages follow: before the append's first event, or the
         # creation of the conversation or branch it opens with (no message).
-        opening = first.kind in ("conversation.created", "branch.created")
-        before = Position(first.branch_id, first.position - (not opening))
-        # Position 1 holds a conversation's creation (a fork's positions continue its
-        # source's): no message comes before it.
-        tail: _tails.Tail | None = _tails.EMPTY_TAIL if before.position == 1 else None
-        if tail is None and self._tails is not None:
+        branch_id = first.branch_id
+        position = first.position
+        if first.kind != "conversation.created" and first.kind != "branch.created":
+            position -= 1
+        tail: _tails.Tail | None = None
+        if history is not None:
+            tail = _tails.tail_of(history)
+        elif position == 1:
+            # Position 1 holds a conversation's creation (a fork's positions continue
+            # its source's): no message comes before it.
+            tail = _tails.EMPTY_TAIL
+        elif self._tails is not None:
             kept = self._tails.get(self.tenant, cid)
-            if kept is not None and (kept[0], kept[1]) == (before.branch_id, before.position):
+            if kept is not None and kept[0] == branch_id and kept[1] == position:
                 tail = kept[2]
         found = _tails.extend(tail, appended)
         if found is None:
-            read = self.history(cid, before, repaired=False)
-            history: list[Message] = yield replace(read, replica=False)  # it must be there
-            found = _tails.extend(_tails.tail_of(history), appended)
-        assert found is not None
+            read = self.history(cid, Position(branch_id, position), repaired=False)
+            return replace(read, replica=False)  # it must see the append's own commit
         repair, after = found
         if after is not None and self._tails is not None:
             # Where the append ended (a replay's head may have moved on since).
             end = events[-1]
             self._tails.put(self.tenant, cid, (end.branch_id, end.position, after))
-        return replace(done, repair=repair)
+        return done if repair is None else replace(done, repair=repair)
 
     def history(
         self, conversation_id: str, at: int | Position | datetime | None, repaired: bool

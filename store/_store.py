@@ -498,7 +498,12 @@ class Ledger:
                 subject=subject,
             )
         )
-        return drive(self._ops.report(done, messages), self._store.execute)
+        found = self._ops.report(done, messages)
+        if isinstance(found, Op):  # the report needs the history the append followed
+            history: list[Message] = self._store.execute(found)
+            found = self._ops.report(done, messages, history)
+        assert isinstance(found, Appended)
+        return found
 
     def history(
         self,

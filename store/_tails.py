@@ -16,55 +16,60 @@ a property test holds it to `pair` over the whole history.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
-from chatledger.store._repair import is_truncated
 from chatledger.store.history import HistoryRepair
 from chatledger.store.messages import Message
 
 __all__ = ["EMPTY_TAIL", "Tail", "extend", "tail_of"]
 
 
-@dataclass(frozen=True, slots=True)
-class Tail:
+class Tail(NamedTuple):
     """What the repair of later messages needs to know of a history.
 
-    Indexes count the history's messages (the appended ones continue them).
+    Indexes count the history's messages (the appended ones continue them). A
+    tuple: one is built on every append.
     """
 
-    size: int = 0
+    size: int
     """How many messages the history holds."""
-    last: int = -1
+    last: int
     """The index of its last message that is not a tool message (-1: none)."""
-    open: tuple[tuple[str, int], ...] = ()
+    open: tuple[tuple[str, int], ...]
     """Its calls without a result, oldest first: (call id, index of the turn that made it)."""
 
 
-EMPTY_TAIL = Tail()
+EMPTY_TAIL = Tail(0, -1, ())
 """The tail of a history without messages."""
 
 
 def extend(
     tail: Tail | None, messages: Sequence[Message]
-) -> tuple[HistoryRepair, Tail | None] | None:
-    """What repair does to `messages` appended after a history with `tail`, and the
-    tail they leave.
+) -> tuple[HistoryRepair | None, Tail | None] | None:
+    """What repair does to `messages` appended after a history with `tail` (None:
+    nothing), and the tail they leave.
 
     The report is in the terms of `normalize_history`, restricted to `messages`:
     `dropped` and `moved` index `messages`, `synthesized` names their calls left
-    without a result, `truncated` their calls whose arguments are no JSON object.
+    without a result. `truncated` stays empty: it names no repair (the arguments
+    stay verbatim), and finding it would parse every call's arguments again.
 
     With `tail` None (the history is unknown), the report is given only when no
     tool message answers a call made before `messages` (None otherwise: read the
     history), and the tail left is unknown too.
     """
     size = 0 if tail is None else tail.size
+    for message in messages:
+        if message.role == "tool" or message.tool_calls:
+            break
+    else:  # the common turn, a text: nothing to repair, nothing opened or answered
+        count = size + len(messages)
+        return None, None if tail is None else Tail(count, count - 1, tail.open)
     last = -1 if tail is None else tail.last
-    known = [] if tail is None else list(tail.open)
     # The calls, numbered in order: the open ones of the tail first. Per id, the
     # stack of its open calls' numbers (a result answers the most recent one).
-    ids = [call_id for call_id, _ in known]
-    turns = [turn for _, turn in known]
+    ids = [] if tail is None else [call_id for call_id, _ in tail.open]
+    turns = [] if tail is None else [turn for _, turn in tail.open]
     stacks: dict[str, list[int]] = {}
     for number, open_id in enumerate(ids):
         stacks.setdefault(open_id, []).append(number)
@@ -72,9 +77,7 @@ def extend(
     answered: set[int] = set()
     dropped: list[int] = []
     moved: list[int] = []
-    truncated: list[str] = []
     for i, message in enumerate(messages):
-        index = size + i
         if message.role == "tool":
             call_id = message.tool_call_id
             stack = stacks.get(call_id) if call_id else None
@@ -88,23 +91,14 @@ def extend(
             if last != turns[number]:
                 moved.append(i)
             continue
-        last = index
-        if message.role != "assistant":
-            continue
+        last = size + i
         for call in message.tool_calls:
-            if not call.id:  # no id: it cannot be answered, and passes through
-                continue
-            if is_truncated(call):
-                truncated.append(call.id)
-            stacks.setdefault(call.id, []).append(len(ids))
-            ids.append(call.id)
-            turns.append(index)
-    repair = HistoryRepair(
-        synthesized=[ids[n] for n in range(first_own, len(ids)) if n not in answered],
-        dropped=dropped,
-        moved=moved,
-        truncated=truncated,
-    )
+            if call.id:  # a call without an id cannot be answered: it passes through
+                stacks.setdefault(call.id, []).append(len(ids))
+                ids.append(call.id)
+                turns.append(last)
+    synthesized = [ids[n] for n in range(first_own, len(ids)) if n not in answered]
+    repair = HistoryRepair(synthesized, dropped, moved) if synthesized or dropped or moved else None
     if tail is None:
         return repair, None
     still_open = tuple((ids[n], turns[n]) for n in range(len(ids)) if n not in answered)

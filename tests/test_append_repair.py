@@ -14,6 +14,7 @@ import uuid
 import pytest
 
 from chatledger.store import (
+    Appended,
     AsyncStore,
     HistoryRepair,
     Ledger,
@@ -49,8 +50,7 @@ def expected(ledger: Ledger, conversation_id: str, count: int) -> HistoryRepair:
         synthesized=[i for i in repair.synthesized if i in own],
         dropped=[i - k for i in repair.dropped if i >= k],
         moved=[i - k for i in repair.moved if i >= k],
-        truncated=[i for i in repair.truncated if i in own],
-    )
+    )  # `truncated` names no repair: an append leaves it empty
 
 
 def test_a_result_without_its_call_is_reported_dropped_and_kept_in_the_log(
@@ -68,7 +68,7 @@ def test_the_chat_loop_reports_only_what_is_still_open_or_misplaced(ledger: Ledg
     assert ledger.append_messages(conv.id, [user("weather?")]).repair == HistoryRepair()
     asked = ledger.append_messages(conv.id, [calls("c1", "c2", arguments="{")])
     # Until their results come, the history shows the neutral result in their place.
-    assert asked.repair == HistoryRepair(synthesized=["c1", "c2"], truncated=["c1", "c2"])
+    assert asked.repair == HistoryRepair(synthesized=["c1", "c2"])
     assert ledger.append_messages(conv.id, [result("c2")]).repair == HistoryRepair()
     assert ledger.append_messages(conv.id, [result("c1")]).repair == HistoryRepair()
     # A second result for an answered call is a duplicate: dropped.
@@ -130,12 +130,18 @@ async def test_the_async_face_reports_the_same(database_url: str, fast: bool) ->
 
 
 def test_the_chat_loop_reads_nothing_for_its_report(store: Store, ledger: Ledger) -> None:
-    """Each append's report comes from the tail the previous append left: the report's
-    program ends without an operation to run (a read would be one)."""
+    """Each append's report comes from the tail the previous append left: `report`
+    answers at once, never with the read of a history."""
     conv = ledger.create_conversation()
     for turn in ([user("q")], [calls("c1", "c2")], [result("c1")], [result("c2")], [user("r")]):
         done = store.execute(ledger._ops.append_messages(conv.id, turn, None, None, None, "client"))
-        program = ledger._ops.report(done, turn)
-        with pytest.raises(StopIteration) as ended:
-            next(program)
-        assert ended.value.value.repair == expected(ledger, conv.id, len(turn))
+        found = ledger._ops.report(done, turn)
+        assert isinstance(found, Appended)
+        assert found.repair == expected(ledger, conv.id, len(turn))
+    # Another store's append leaves this store's tail behind: then it reads.
+    with Store.open(str(store.engine.url.render_as_string(hide_password=False))) as other:
+        other.tenant(ledger.tenant).append_messages(conv.id, [calls("c3")])
+    done = store.execute(
+        ledger._ops.append_messages(conv.id, [result("c3")], None, None, None, "client")
+    )
+    assert not isinstance(ledger._ops.report(done, [result("c3")]), Appended)
