@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from chatledger.store import _tail
 from chatledger.store._audit import Audit
-from chatledger.store._cache import HeadCache, MessageCache
+from chatledger.store._cache import HeadCache, MessageCache, TailCache
 from chatledger.store._crypto import KeyEncryptionKey, kek_for, sealer_for
 from chatledger.store._errors import ConflictError, EncryptionError, ErasedError
 from chatledger.store._ops import Operations, StoreOperations, completed
@@ -92,6 +92,7 @@ class Store:
         self._ops = StoreOperations()
         self.message_cache = MessageCache(message_cache)
         self._heads = HeadCache()
+        self._tails = TailCache()
         self.fast_paths = fast_paths
         """Whether operations try their plain-SQL form first (see `open`)."""
         self._replicas: Replicas | None = None  # set by `open` (see there)
@@ -212,7 +213,7 @@ class Store:
         self.execute(self._ops.migrate(partitions), connection)
 
     def _tenant_ops(self, tenant: str) -> Operations:
-        return Operations(tenant, self.message_cache, self._sealer, self._heads)
+        return Operations(tenant, self.message_cache, self._sealer, self._heads, self._tails)
 
     def run_retention(
         self,
@@ -365,7 +366,9 @@ class Ledger:
 
     def __init__(self, store: Store, tenant: str) -> None:
         self._store = store
-        self._ops = Operations(tenant, store.message_cache, store._sealer, store._heads)
+        self._ops = Operations(
+            tenant, store.message_cache, store._sealer, store._heads, store._tails
+        )
 
     @property
     def tenant(self) -> str:
@@ -485,7 +488,9 @@ class Ledger:
                 goes after whatever the head is.
             run_id: a run id to stamp on the events.
             idempotency_key: a retried append with the same key and content
-                writes nothing and returns the original.
+                writes nothing and returns the original; the key with other
+                content is an `InvalidInputError` (the caller's mistake: do
+                not retry it).
             origin: who produced the messages, as the log records it:
                 `"client"` (the default: the caller), `"run"` (a model run)
                 or `"repair"`.
@@ -518,8 +523,10 @@ class Ledger:
                 store with a key-encryption key.
 
         Returns:
-            The events written, the new head, and whether the conversation
-            was created.
+            The events written, the new head, whether the conversation was
+            created, and `repair`: what the repaired history does with the
+            messages added (results dropped or moved, calls still waiting
+            for a result).
 
         Raises:
             InvalidInputError: an option is malformed (the message names it).
@@ -527,7 +534,7 @@ class Ledger:
             ConflictError: `expected`, `expected_state` or an id no longer
                 holds; reload and retry.
         """
-        return self._store.execute(
+        done = self._store.execute(
             self._ops.append_messages(
                 conversation_id,
                 messages,
@@ -544,6 +551,12 @@ class Ledger:
                 subject=subject,
             )
         )
+        found = self._ops.report(done, messages)
+        if isinstance(found, Op):  # the report needs the history the append followed
+            history: list[Message] = self._store.execute(found)
+            found = self._ops.report(done, messages, history)
+        assert isinstance(found, Appended)
+        return found
 
     def history(
         self,
