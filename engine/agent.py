@@ -44,7 +44,7 @@ class Agent:
     """A model, its instructions and tools, and the rules of a run.
 
     Args:
-        model: any `engine.providers.Model`.
+        model: any `chatledger.engine.providers.Model`.
         instructions: static instructions, first in the system message.
         instructions_fn: dynamic instructions, resolved once per run and
             placed after the static text and a blank line (empty adds nothing).
@@ -67,6 +67,11 @@ class Agent:
             opts out of every filter and lets every hit through.
         max_requests: the bound on model requests in one run.
         max_invalid_calls: how many invalid tool calls the model may correct.
+        tool_choice: passed to the model with every request that offers
+            tools: `"auto"`, `"required"`, `"none"` or a tool's name; `None`
+            leaves it to the provider's default.
+        settings: provider settings sent with every request (`temperature`,
+            `max_tokens`, ...), as the model's provider names them.
     """
 
     def __init__(
@@ -137,6 +142,21 @@ class Agent:
         untrusted), the run continues that history instead of the ledger's,
         as `run_with_history` does.
 
+        Args:
+            ledger: the tenant's ledger the run reads and records in.
+            prompt: the user's message for this run.
+            conversation_id: the conversation to continue; `None` opens a
+                new one.
+            history: flat `(role, text)` pairs the caller brings (untrusted),
+                continued instead of the ledger's history.
+            run_id: the new run's id (a UUID), for a caller that mints its
+                own; by default one is minted.
+            owner: the lease owner recorded on the run (a worker's name), so
+                `chatledger runs` tells who holds it.
+            lease_seconds: how long the run's lease lasts without renewal;
+                the run renews it while it works, and a resume worker may
+                take a run whose lease has run out.
+
         Raises:
             RunError: the run failed, was canceled or rejected by the guard.
             store.NotFoundError: `conversation_id` names no conversation of
@@ -168,6 +188,25 @@ class Agent:
         model request. `on_message` receives each message the run records (a
         model turn with its tool calls, a tool result), after the log has it:
         a stream built from them never shows what a crash could lose.
+
+        Args:
+            ledger: the tenant's ledger the run reads and records in.
+            prompt: the user's message for this run.
+            conversation_id: the conversation to continue; `None` opens a
+                new one.
+            on_delta: called with each fragment of the model's text as it
+                streams.
+            on_message: called with each message once the log has it.
+            on_start: called with the run's cursor once the log has the run.
+            history: flat `(role, text)` pairs the caller brings (untrusted),
+                continued instead of the ledger's history.
+            run_id: the new run's id (a UUID), for a caller that mints its
+                own; by default one is minted.
+            owner: the lease owner recorded on the run (a worker's name), so
+                `chatledger runs` tells who holds it.
+            lease_seconds: how long the run's lease lasts without renewal;
+                the run renews it while it works, and a resume worker may
+                take a run whose lease has run out.
         """
         return await Run(
             self,
@@ -207,6 +246,16 @@ class Agent:
         opened, as for a history without stamps. The supplied history goes on
         an edit branch from the conversation's start, since it is the truth
         for this run. A `run_id` stamp chooses nothing.
+
+        Args:
+            ledger: the tenant's ledger the run reads and records in.
+            history: the caller's messages, oldest first (untrusted).
+            prompt: the user's message for this run.
+            conversation_id: the conversation the history goes into (on an
+                edit branch); `None` continues the one the history donates, or
+                opens a new one.
+            run_id: the new run's id (a UUID); by default one is minted.
+            owner: the lease owner recorded on the run.
         """
         return await Run(
             self, as_async(ledger), prompt, conversation_id, list(history), run_id, owner, 60.0
@@ -235,37 +284,102 @@ class Agent:
         may run under another agent or guard than the failed run did. A
         rejection raises `RunError` at stage `guard` and writes nothing, so
         the failed run can still be resumed later.
+
+        Args:
+            ledger: the tenant's ledger that holds the failed run.
+            run_id: the failed or canceled run to continue.
+            owner: the lease owner recorded on the resume.
+            lease_seconds: how long the resume's lease lasts without renewal.
+            new_run_id: the resume's own run id (a UUID); by default one is
+                minted.
         """
         return await Run(
             self, as_async(ledger), "", None, None, new_run_id, owner, lease_seconds, resumes=run_id
         ).execute()
 
-    def resume(self, ledger: Ledger | AsyncLedger, run_id: str, **options: Any) -> Result:
-        """`resume_async` for scripts and jobs."""
-        return asyncio.run(self.resume_async(ledger, run_id, **options))
+    def resume(
+        self,
+        ledger: Ledger | AsyncLedger,
+        run_id: str,
+        *,
+        owner: str = "agent",
+        lease_seconds: float = 60.0,
+        new_run_id: str | None = None,
+    ) -> Result:
+        """`resume_async` for scripts and jobs (not inside a running event loop)."""
+        return asyncio.run(
+            self.resume_async(
+                ledger, run_id, owner=owner, lease_seconds=lease_seconds, new_run_id=new_run_id
+            )
+        )
 
     def run(
         self,
         ledger: Ledger | AsyncLedger,
         prompt: str,
         conversation_id: str | None = None,
-        **options: Any,
+        *,
+        history: Sequence[tuple[str, str]] | None = None,
+        run_id: str | None = None,
+        owner: str = "agent",
+        lease_seconds: float = 60.0,
     ) -> Result:
         """`run_async` for scripts and jobs (not inside a running event loop)."""
-        return asyncio.run(self.run_async(ledger, prompt, conversation_id, **options))
+        return asyncio.run(
+            self.run_async(
+                ledger,
+                prompt,
+                conversation_id,
+                history=history,
+                run_id=run_id,
+                owner=owner,
+                lease_seconds=lease_seconds,
+            )
+        )
 
     def run_stream(
         self,
         ledger: Ledger | AsyncLedger,
         prompt: str,
         conversation_id: str | None = None,
-        **options: Any,
+        *,
+        on_delta: DeltaCallback,
+        on_message: MessageCallback | None = None,
+        on_start: Callable[[RunCursor], Awaitable[None] | None] | None = None,
+        history: Sequence[tuple[str, str]] | None = None,
+        run_id: str | None = None,
+        owner: str = "agent",
+        lease_seconds: float = 60.0,
     ) -> Result:
-        """`run_stream_async` for scripts and jobs."""
-        return asyncio.run(self.run_stream_async(ledger, prompt, conversation_id, **options))
+        """`run_stream_async` for scripts and jobs (not inside a running event loop)."""
+        return asyncio.run(
+            self.run_stream_async(
+                ledger,
+                prompt,
+                conversation_id,
+                on_delta=on_delta,
+                on_message=on_message,
+                on_start=on_start,
+                history=history,
+                run_id=run_id,
+                owner=owner,
+                lease_seconds=lease_seconds,
+            )
+        )
 
     def run_with_history(
-        self, ledger: Ledger | AsyncLedger, history: Sequence[Message], prompt: str, **options: Any
+        self,
+        ledger: Ledger | AsyncLedger,
+        history: Sequence[Message],
+        prompt: str,
+        conversation_id: str | None = None,
+        *,
+        run_id: str | None = None,
+        owner: str = "agent",
     ) -> Result:
-        """`run_with_history_async` for scripts and jobs."""
-        return asyncio.run(self.run_with_history_async(ledger, history, prompt, **options))
+        """`run_with_history_async` for scripts and jobs (not inside a running event loop)."""
+        return asyncio.run(
+            self.run_with_history_async(
+                ledger, history, prompt, conversation_id, run_id=run_id, owner=owner
+            )
+        )

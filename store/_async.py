@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import create_async_engine as sa_create_async_engine
 
 from chatledger.store import _tail
 from chatledger.store._audit import AsyncAudit
-from chatledger.store._cache import HeadCache, MessageCache
+from chatledger.store._cache import HeadCache, MessageCache, TailCache
 from chatledger.store._crypto import KeyEncryptionKey, kek_for, sealer_for
 from chatledger.store._errors import ConflictError, EncryptionError, ErasedError
 from chatledger.store._ops import Operations, StoreOperations, completed
@@ -115,6 +115,7 @@ class AsyncStore:
         self._ops = StoreOperations()
         self.message_cache = MessageCache(message_cache)
         self._heads = HeadCache()
+        self._tails = TailCache()
         self.fast_paths = fast_paths
         """Whether operations try their plain-SQL form first (see `Store.open`)."""
         self._sqlite = is_sqlite(engine.sync_engine)
@@ -238,7 +239,7 @@ class AsyncStore:
         await self.execute(self._ops.migrate(partitions, progress), connection)
 
     def _tenant_ops(self, tenant: str) -> Operations:
-        return Operations(tenant, self.message_cache, self._sealer, self._heads)
+        return Operations(tenant, self.message_cache, self._sealer, self._heads, self._tails)
 
     async def run_retention(
         self,
@@ -407,7 +408,9 @@ class AsyncLedger:
 
     def __init__(self, store: AsyncStore, tenant: str) -> None:
         self._store = store
-        self._ops = Operations(tenant, store.message_cache, store._sealer, store._heads)
+        self._ops = Operations(
+            tenant, store.message_cache, store._sealer, store._heads, store._tails
+        )
 
     @property
     def tenant(self) -> str:
@@ -494,7 +497,7 @@ class AsyncLedger:
         subject: str | None = None,
     ) -> Appended:
         """See `Ledger.append_messages`."""
-        return await self._store.execute(
+        done = await self._store.execute(
             self._ops.append_messages(
                 conversation_id,
                 messages,
@@ -511,6 +514,12 @@ class AsyncLedger:
                 subject=subject,
             )
         )
+        found = self._ops.report(done, messages)
+        if isinstance(found, Op):  # the report needs the history the append followed
+            history: list[Message] = await self._store.execute(found)
+            found = self._ops.report(done, messages, history)
+        assert isinstance(found, Appended)
+        return found
 
     async def history(
         self,

@@ -20,11 +20,14 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Generic, TypeVar
 
+from chatledger.store._tails import Tail
 from chatledger.store.messages import Message, load_messages
 
-__all__ = ["HeadCache", "MessageCache"]
+__all__ = ["HeadCache", "MessageCache", "TailCache"]
+
+V = TypeVar("V")
 
 
 class MessageCache:
@@ -77,7 +80,35 @@ class MessageCache:
             self._items.clear()
 
 
-class HeadCache:
+class _Recent(Generic[V]):
+    """Values by (tenant, conversation id); past `size`, the least recently used goes
+    first. Thread-safe."""
+
+    def __init__(self, size: int = 10_000) -> None:
+        self.size = size
+        self._items: OrderedDict[tuple[str, str], V] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, tenant: str, conversation_id: str) -> V | None:
+        with self._lock:
+            value = self._items.get((tenant, conversation_id))
+            if value is not None:
+                self._items.move_to_end((tenant, conversation_id))
+            return value
+
+    def put(self, tenant: str, conversation_id: str, value: V) -> None:
+        with self._lock:
+            self._items[(tenant, conversation_id)] = value
+            self._items.move_to_end((tenant, conversation_id))
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+
+    def forget(self, tenant: str, conversation_id: str) -> None:
+        with self._lock:
+            self._items.pop((tenant, conversation_id), None)
+
+
+class HeadCache(_Recent[tuple[str, int, bytes]]):
     """The head each conversation's last fast-path append on Postgres left, by
     (tenant, conversation id): its branch, position and hash.
 
@@ -86,30 +117,17 @@ class HeadCache:
     where it still is (`store._sql.append`'s optimistic form); a head that
     moved since (another writer, a head move, an erasure) fails that
     statement's check and the append takes the full statement. So an entry
-    is never trusted, only tried: a stale one costs one round trip. Bounded
-    (least recently used goes first) and thread-safe.
+    is never trusted, only tried: a stale one costs one round trip.
     """
 
-    def __init__(self, size: int = 10_000) -> None:
-        self.size = size
-        self._items: OrderedDict[tuple[str, str], tuple[str, int, bytes]] = OrderedDict()
-        self._lock = threading.Lock()
 
-    def get(self, tenant: str, conversation_id: str) -> tuple[str, int, bytes] | None:
-        """(branch id, position, hash) of the head as last left here, or None."""
-        with self._lock:
-            head = self._items.get((tenant, conversation_id))
-            if head is not None:
-                self._items.move_to_end((tenant, conversation_id))
-            return head
+class TailCache(_Recent[tuple[str, int, Tail]]):
+    """The head each conversation's last append through this store left, by (tenant,
+    conversation id): its branch and position, and the `Tail` of the history there,
+    from which the next append's repair report is computed (`store._tails`).
 
-    def put(self, tenant: str, conversation_id: str, head: tuple[str, int, bytes]) -> None:
-        with self._lock:
-            self._items[(tenant, conversation_id)] = head
-            self._items.move_to_end((tenant, conversation_id))
-            while len(self._items) > self.size:
-                self._items.popitem(last=False)
-
-    def forget(self, tenant: str, conversation_id: str) -> None:
-        with self._lock:
-            self._items.pop((tenant, conversation_id), None)
+    The history at a committed position never changes, so an entry is right for
+    the head it names whatever was written since; an append after another head
+    misses it, and reads the history instead. Entries are put after the append's
+    transaction committed, never for a head that may roll back.
+    """

@@ -209,10 +209,7 @@ def _check_plain(root: Any, what: str) -> None:
             continue
         if isinstance(value, float):
             if not math.isfinite(value):
-                raise InvalidInputError(
-                    f"{where} is {value!r}, which JSON cannot hold (no parser reads NaN or "
-                    f"Infinity back). Store a finite number, a string or null instead."
-                )
+                raise _not_finite(where, value)
             continue
         if isinstance(value, dict):
             for key, item in value.items():
@@ -231,3 +228,26 @@ def _check_plain(root: Any, what: str) -> None:
             f"{where} is a {type(value).__name__} ({value!r:.60}), which is not JSON. Pass "
             f"dicts with string keys, lists, strings, finite numbers, booleans or None."
         )
+
+
+def check_finite(value: Any, where: str) -> None:
+    """Refuse a NaN or an infinity anywhere in `value` (dicts, lists and tuples walked),
+    naming where it is, as `json_text` refuses it: serialized, pydantic would write
+    `null` in its place, silently. Everything else is left to the serializer."""
+    stack: list[tuple[Any, str]] = [(value, where)]
+    while stack:
+        item, at = stack.pop()
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                raise _not_finite(at, item)
+        elif isinstance(item, dict):
+            stack.extend((v, f"{at}[{k!r}]") for k, v in item.items())
+        elif isinstance(item, list | tuple):
+            stack.extend((v, f"{at}[{i}]") for i, v in enumerate(item))
+
+
+def _not_finite(where: str, value: float) -> InvalidInputError:
+    return InvalidInputError(
+        f"{where} is {value!r}, which JSON cannot hold (no parser reads NaN or Infinity "
+        f"back). Store a finite number, a string or null instead."
+    )

@@ -8,7 +8,8 @@ and what to do.
 ```
 ChatledgerError
 ├── HistoryError           a history processor cannot produce a usable history
-├── InvalidInputError      a value the caller passed is malformed; nothing was written
+├── InvalidInputError      a value the caller passed is malformed, or an idempotency key is
+│                          reused for other content; nothing was written, do not retry
 ├── NotFoundError          no such conversation, branch or run for this tenant
 ├── ConflictError          another writer got there first; nothing was written
 │   └── ResumeConflictError   the failed run already has its (single) resume branch
@@ -52,7 +53,8 @@ class HistoryError(ChatledgerError):
 
 
 class InvalidInputError(ChatledgerError, ValueError):
-    """A value passed by the caller is malformed. Nothing was written."""
+    """A value passed by the caller is malformed, or an idempotency key is reused for
+    other content. Nothing was written, and the same call fails the same way again."""
 
 
 class NotFoundError(ChatledgerError, LookupError):

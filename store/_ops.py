@@ -17,8 +17,8 @@ from typing import Any, TextIO, TypeVar, get_args
 
 from sqlalchemy.engine import Connection
 
-from chatledger.store import _repair
-from chatledger.store._cache import HeadCache, MessageCache
+from chatledger.store import _repair, _tails
+from chatledger.store._cache import HeadCache, MessageCache, TailCache
 from chatledger.store._checks import (
     MAX_INT32,
     check_choice,
@@ -179,10 +179,12 @@ class Operations:
         cache: MessageCache,
         sealer: Sealer | None = None,
         heads: HeadCache | None = None,
+        tails: TailCache | None = None,
     ) -> None:
         self.tenant = _log.check_text(tenant, "tenant")
         self.cache = cache
         self.sealer = sealer
+        self._tails = tails
         # Postgres's in-place appends keep the heads they leave, for the next
         # append to the conversation to chain on (`HeadCache`); every other
         # write that moves a head forgets it, so that append need not miss first.
@@ -511,6 +513,55 @@ class Operations:
             build(PLAIN),
             sealing=Sealing(tenant, conversation_id, build, create=create, subject=subject),
         )
+
+    def report(
+        self,
+        done: Appended,
+        messages: Sequence[Message | dict[str, Any]],
+        history: list[Message] | None = None,
+    ) -> Appended | Op[list[Message]]:
+        """`done`, the result of `append_messages(messages)`, with its repair report; or,
+        when that needs the history the append followed, the read of it, whose result
+        to pass back as `history`.
+
+        The report comes from the tail of that history, as the last append through
+        this store to the conversation left it (`TailCache`): the chat loop reads
+        nothing more. Only when the tail is not known and a result answers a call
+        made before the append is the history read, after the commit: the history
+        at a committed position never changes, so the report is that of the append.
+        """
+        if not messages:
+            return done
+        appended = [m if isinstance(m, Message) else load_message(m) for m in messages]
+        cid, events = done.conversation_id, done.events
+        first = events[0]
+        # The point the messages follow: before the append's first event, or the
+        # creation of the conversation or branch it opens with (no message).
+        branch_id = first.branch_id
+        position = first.position
+        if first.kind != "conversation.created" and first.kind != "branch.created":
+            position -= 1
+        tail: _tails.Tail | None = None
+        if history is not None:
+            tail = _tails.tail_of(history)
+        elif position == 1:
+            # Position 1 holds a conversation's creation (a fork's positions continue
+            # its source's): no message comes before it.
+            tail = _tails.EMPTY_TAIL
+        elif self._tails is not None:
+            kept = self._tails.get(self.tenant, cid)
+            if kept is not None and kept[0] == branch_id and kept[1] == position:
+                tail = kept[2]
+        found = _tails.extend(tail, appended)
+        if found is None:
+            read = self.history(cid, Position(branch_id, position), repaired=False)
+            return replace(read, replica=False)  # it must see the append's own commit
+        repair, after = found
+        if after is not None and self._tails is not None:
+            # Where the append ended (a replay's head may have moved on since).
+            end = events[-1]
+            self._tails.put(self.tenant, cid, (end.branch_id, end.position, after))
+        return done if repair is None else replace(done, repair=repair)
 
     def history(
         self, conversation_id: str, at: int | Position | datetime | None, repaired: bool

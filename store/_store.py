@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from chatledger.store import _tail
 from chatledger.store._audit import Audit
-from chatledger.store._cache import HeadCache, MessageCache
+from chatledger.store._cache import HeadCache, MessageCache, TailCache
 from chatledger.store._crypto import KeyEncryptionKey, kek_for, sealer_for
 from chatledger.store._errors import ConflictError, EncryptionError, ErasedError
 from chatledger.store._ops import Operations, StoreOperations, completed
@@ -92,6 +92,7 @@ class Store:
         self._ops = StoreOperations()
         self.message_cache = MessageCache(message_cache)
         self._heads = HeadCache()
+        self._tails = TailCache()
         self.fast_paths = fast_paths
         """Whether operations try their plain-SQL form first (see `open`)."""
         self._replicas: Replicas | None = None  # set by `open` (see there)
@@ -217,7 +218,7 @@ class Store:
         self.execute(self._ops.migrate(partitions, progress), connection)
 
     def _tenant_ops(self, tenant: str) -> Operations:
-        return Operations(tenant, self.message_cache, self._sealer, self._heads)
+        return Operations(tenant, self.message_cache, self._sealer, self._heads, self._tails)
 
     def run_retention(
         self,
@@ -379,7 +380,9 @@ class Ledger:
 
     def __init__(self, store: Store, tenant: str) -> None:
         self._store = store
-        self._ops = Operations(tenant, store.message_cache, store._sealer, store._heads)
+        self._ops = Operations(
+            tenant, store.message_cache, store._sealer, store._heads, store._tails
+        )
 
     @property
     def tenant(self) -> str:
@@ -482,13 +485,29 @@ class Ledger:
     ) -> Appended:
         """Append one turn at the head, atomically, and move the head past it.
 
+        Everything is checked before anything is written: a refused append
+        writes nothing, and a successful one writes the whole turn (its
+        messages, then the `state.changed` event of `state`) in one
+        transaction.
+
         Args:
+            conversation_id: the conversation, which must exist in this
+                tenant (`NotFoundError` otherwise, as for another tenant's),
+                unless `create` is set.
+            messages: the turn's messages, in order (`Message`s or dicts in
+                the durable JSON form). May be empty when `state` is given:
+                the `state.changed` event is then appended alone.
             expected: the head position the caller last saw; `ConflictError`
                 when another writer appended first. Without it, the append
                 goes after whatever the head is.
             run_id: a run id to stamp on the events.
             idempotency_key: a retried append with the same key and content
-                writes nothing and returns the original.
+                writes nothing and returns the original; the key with other
+                content is an `InvalidInputError` (the caller's mistake: do
+                not retry it).
+            origin: who produced the messages, as the log records it:
+                `"client"` (the default: the caller), `"run"` (a model run)
+                or `"repair"`.
             create: create the conversation, with `metadata` and the id
                 `conversation_id`, when the tenant has none by that id, in the
                 same transaction as the append (one round trip on the fast
@@ -498,8 +517,38 @@ class Ledger:
                 append costs one more statement. An id another tenant holds
                 is the `ConflictError` of `create_conversation`.
             metadata: the new conversation's metadata; only with `create`.
+            after: append after this position of the head's history instead
+                of at the head, replacing what followed it there (it stays in
+                the log, on its branch): a framework rewriting the tail of a
+                history. An `int` counts events on the head's lineage, as
+                `Entry.position` does.
+            ids: the event ids of the messages, one per message, minted by
+                the caller (canonical UUIDs, none twice); `ledger.entry(id)`
+                reads a message back by its id. A taken id is a
+                `ConflictError`.
+            state: the conversation's new state (a JSON object), recorded as
+                a `state.changed` event after the messages and returned by
+                `conversation(...).state`.
+            expected_state: a compare-and-set on the state: each field given
+                must hold that value now (a field given as `None` must be
+                absent), else `ConflictError` and nothing is written.
+            subject: the erasure subject of a sealed conversation that
+                `create` creates (docs/erasure.md); only with `create`, on a
+                store with a key-encryption key.
+
+        Returns:
+            The events written, the new head, whether the conversation was
+            created, and `repair`: what the repaired history does with the
+            messages added (results dropped or moved, calls still waiting
+            for a result).
+
+        Raises:
+            InvalidInputError: an option is malformed (the message names it).
+            NotFoundError: no such conversation in this tenant.
+            ConflictError: `expected`, `expected_state` or an id no longer
+                holds; reload and retry.
         """
-        return self._store.execute(
+        done = self._store.execute(
             self._ops.append_messages(
                 conversation_id,
                 messages,
@@ -516,6 +565,12 @@ class Ledger:
                 subject=subject,
             )
         )
+        found = self._ops.report(done, messages)
+        if isinstance(found, Op):  # the report needs the history the append followed
+            history: list[Message] = self._store.execute(found)
+            found = self._ops.report(done, messages, history)
+        assert isinstance(found, Appended)
+        return found
 
     def history(
         self,

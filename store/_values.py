@@ -243,6 +243,13 @@ class Appended:
     created: bool = False
     """Whether this append created the conversation (`append_messages(create=True)`);
     its `conversation.created` event is then the first of `events`."""
+    repair: HistoryRepair = field(default_factory=HistoryRepair)
+    """What the repaired history (`history()`) does to the messages appended, as
+    `normalize_history` reports it, in the indexes of the list passed: results
+    `dropped` (no call they answer: kept in the log, left out of the history) or
+    `moved` into their call's block, the appended calls still without a result
+    (`synthesized`: the history shows the neutral result until one is appended),
+    and those whose arguments are no JSON object (`truncated`)."""
 
     @property
     def positions(self) -> list[int]:

@@ -34,7 +34,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from chatledger.store._checks import json_text
+from chatledger.store._checks import check_finite, json_text
 from chatledger.store._errors import InvalidInputError
 
 __all__ = [
@@ -254,8 +254,10 @@ def dump_message(message: Message) -> str:
 
     Defaults are left out (they are restored on load), which keeps stored
     payloads small. Raises `InvalidInputError` for text that cannot be stored
-    as UTF-8 (lone surrogates).
+    as UTF-8 (lone surrogates), and for a NaN or an infinity in a field this
+    version does not know (which pydantic would write as null).
     """
+    _check_extras(message)
     try:
         return message.model_dump_json(exclude_defaults=True)
     except (ValueError, UnicodeError) as exc:
@@ -263,6 +265,24 @@ def dump_message(message: Message) -> str:
             f"A {message.role} message cannot be serialized: {exc}. Messages must be valid "
             f"Unicode text (no lone surrogates); decode the text with errors='replace' first."
         ) from exc
+
+
+def _check_extras(message: Message) -> None:
+    """The fields this version does not know (kept on round trip) hold no NaN or infinity.
+
+    The known fields cannot hold one: they are texts, booleans and integers, and
+    a call's arguments are checked as they are serialized (`ToolCall`)."""
+    role = message.role
+    _check_fields(message.model_extra, f"The {role} message's field")
+    for i, part in enumerate(message.parts):
+        _check_fields(part.model_extra, f"The {role} message's parts[{i}] field")
+    for i, call in enumerate(message.tool_calls):
+        _check_fields(call.model_extra, f"The {role} message's toolCalls[{i}] field")
+
+
+def _check_fields(extra: dict[str, Any] | None, where: str) -> None:
+    for name, value in (extra or {}).items():
+        check_finite(value, f"{where} {name}")
 
 
 def load_message(data: str | bytes | dict[str, Any]) -> Message:

@@ -189,9 +189,7 @@ def empty_url(backend: str, tmp_path: Path) -> Iterator[str]:
 
 
 @pytest.fixture
-def own_database(
-    backend: str, tmp_path: Path, request: pytest.FixtureRequest
-) -> Iterator[str]:
+def own_database(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
     """A migrated database of this test's own on the current backend: its files
     hold nothing of other tests, and a whole-database pass sees only its rows."""
     if backend == "sqlite":

@@ -14,7 +14,8 @@ database, each in a tenant of its own:
 - the async face likewise (`AsyncStore`), which runs the fast forms on the
   event loop, in threads, or not at all.
 
-What each step answered (the `Appended`, or the error's class and sentence)
+What each step answered (the `Appended`, its repair report included, or the
+error's class and sentence)
 and every row the four wrote (conversations, branches, events, caller ids,
 the head view) must be the same, ids anonymized in order of first
 appearance, times, sequence numbers and hashes left out (every chain is
@@ -25,6 +26,7 @@ opened ones.
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 import threading
 import uuid
@@ -65,8 +67,10 @@ POOL = [
     Message(role="tool", tool_call_id="c1", tool_name="weather", content="sunny"),
     Message(role="tool", tool_call_id="absent", tool_name="weather", content="orphan"),
     Message(role="user", content="again \u00e9"),
+    Message(role="user", content="scored", score=math.nan),
 ]
-"""The messages a drawn append picks from (a tool call, its result, a result without a call)."""
+"""The messages a drawn append picks from (a tool call, its result, a result without a call,
+a NaN in a field this version does not know, which every form refuses)."""
 
 
 # -- the steps ---------------------------------------------------------------------
@@ -292,6 +296,7 @@ class Run:
         return (
             appended.created,
             appended.head,
+            appended.repair,
             [
                 (
                     e.kind,

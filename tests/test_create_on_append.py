@@ -88,7 +88,7 @@ def test_a_retried_first_append_with_its_key_returns_the_original(ledger: Ledger
     assert again.events == original.events[1:]
     assert again.head == original.head
     assert len(ledger.events(conversation_id=cid)) == 3
-    with pytest.raises(ConflictError, match="different append"):
+    with pytest.raises(InvalidInputError, match="different append"):
         ledger.append_messages(cid, turn("other"), create=True, idempotency_key="k")
 
 

@@ -458,7 +458,7 @@ def test_idempotent_retries_of_sealed_writes_replay_the_original(sealed: Ledger)
     again = sealed.append_messages(conv.id, turn, idempotency_key="k1")
     assert [e.id for e in again.events] == [e.id for e in first.events]
     assert again.events[0].message == turn[0]
-    with pytest.raises(ConflictError):
+    with pytest.raises(InvalidInputError, match="different append"):
         sealed.append_messages(
             conv.id, [Message(role="user", content="other")], idempotency_key="k1"
         )

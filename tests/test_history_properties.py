@@ -31,6 +31,7 @@ from chatledger.store import (
     UnsafePart,
     UrlPart,
     _repair,
+    _tails,
     budget_history,
     normalize_history,
     sanitize_history,
@@ -514,3 +515,45 @@ def test_json_round_trip_is_lossless_and_byte_stable(history: list[Message]) -> 
         loaded = Message.model_validate(json.loads(text))
         assert loaded == message
         assert json.dumps(loaded.model_dump(mode="json")) == text
+
+
+def expected_append_repair(history: list[Message], k: int) -> HistoryRepair:
+    """What repair does to `history[k:]` appended after `history[:k]`, read off the
+    pairing of the whole: the appended messages' indexes, their own calls' ids."""
+    pairing = _repair.pair(history)
+    own_calls = [
+        number
+        for turn, (first, last) in pairing.turns.items()
+        if turn >= k
+        for number in range(first, last)
+    ]
+    return HistoryRepair(
+        synthesized=[pairing.ids[n] for n in sorted(own_calls) if not pairing.answered[n]],
+        dropped=[i - k for i in pairing.dropped if i >= k],
+        moved=[i - k for i in pairing.moved if i >= k],
+    )  # `truncated` names no repair: an append leaves it empty
+
+
+@PROPERTY
+@given(history=histories(), data=st.data())
+def test_an_appends_repair_from_the_tail_it_follows_is_that_of_the_whole_history(
+    history: list[Message], data: st.DataObject
+) -> None:
+    """`_tails.extend` knows the history before an append only by its `Tail` (the calls
+    left open, where its last turn is), yet reports what `normalize_history` of the
+    whole does to the appended messages; appends chained tail to tail agree too."""
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(history)), max_size=4)))
+    tail: _tails.Tail | None = _tails.EMPTY_TAIL
+    start = 0
+    for cut in [*cuts, len(history)]:
+        found = _tails.extend(tail, history[start:cut])
+        assert found is not None
+        repair, tail = found
+        assert (repair or HistoryRepair()) == expected_append_repair(history[:cut], start)
+        start = cut
+    # Without the tail, the answer is the same whenever it can be given at all.
+    for k in range(len(history) + 1):
+        unknown = _tails.extend(None, history[k:])
+        if unknown is not None:
+            assert (unknown[0] or HistoryRepair()) == expected_append_repair(history, k)
+            assert unknown[1] is None

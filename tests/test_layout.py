@@ -103,7 +103,11 @@ def bare_imports(path: Path) -> list[str]:
             names = [node.module or ""]
         else:
             continue
-        found += [f"{path.relative_to(ROOT)}:{node.lineno}: {n}" for n in names if n.split(".")[0] in FOLDERS]
+        found += [
+            f"{path.relative_to(ROOT)}:{node.lineno}: {n}"
+            for n in names
+            if n.split(".")[0] in FOLDERS
+        ]
     return found
 
 

@@ -91,7 +91,7 @@ def test_idempotent_retry_returns_the_original_append(ledger: Ledger) -> None:
 def test_idempotency_key_reused_for_other_content_is_refused(ledger: Ledger) -> None:
     conv = ledger.create_conversation()
     ledger.append_messages(conv.id, [user("a")], idempotency_key="k1")
-    with pytest.raises(ConflictError, match="different append"):
+    with pytest.raises(InvalidInputError, match="different append"):
         ledger.append_messages(conv.id, [user("other")], idempotency_key="k1")
 
 

@@ -65,9 +65,7 @@ def _populate(ledger: Ledger) -> Ids:
 
 
 def _missing() -> Ids:
-    return Ids(
-        new_id(), new_id(), new_id(), RunCursor(new_id(), new_id(), new_id(), 3, "w", 1)
-    )
+    return Ids(new_id(), new_id(), new_id(), RunCursor(new_id(), new_id(), new_id(), 3, "w", 1))
 
 
 @pytest.fixture
@@ -126,9 +124,7 @@ OPERATIONS: dict[str, Operation] = {
     "move head with state": lambda w, i: w.mine.move_head(i.conversation, 1, state={"s": 1}),
     "fork": lambda w, i: w.mine.fork(i.conversation),
     "fork with key": lambda w, i: w.mine.fork(i.conversation, key="k"),
-    "fork at their branch": lambda w, i: w.mine.fork(
-        w.own.conversation, at=Position(i.branch, 1)
-    ),
+    "fork at their branch": lambda w, i: w.mine.fork(w.own.conversation, at=Position(i.branch, 1)),
     "move head": lambda w, i: w.mine.move_head(i.conversation, 1),
     "move head to their branch": lambda w, i: w.mine.move_head(
         w.own.conversation, Position(i.branch, 1)
@@ -139,9 +135,7 @@ OPERATIONS: dict[str, Operation] = {
     "start run at their branch": lambda w, i: w.mine.start_run(
         w.own.conversation, owner="w", base=Position(i.branch, 1)
     ),
-    "resume their run": lambda w, i: w.mine.start_run(
-        w.own.conversation, owner="w", resumes=i.run
-    ),
+    "resume their run": lambda w, i: w.mine.start_run(w.own.conversation, owner="w", resumes=i.run),
     "record": lambda w, i: w.mine.record(i.cursor, [NewEvent.of_message(user("inject"))]),
     "record with key": lambda w, i: w.mine.record(
         i.cursor, [NewEvent.of_message(user("inject"))], idempotency_key="k"

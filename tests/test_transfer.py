@@ -578,3 +578,29 @@ def test_a_position_type_stays_what_the_api_takes(source: Store, target: Store) 
         head = ledger.conversation(cid).head
         for at in (1, 2, Position(head.branch_id, head.position)):
             assert copy.history(cid, at=at) == ledger.history(cid, at=at)
+
+
+@pytest.mark.parametrize("token", ["NaN", "Infinity", "-Infinity"])
+@pytest.mark.parametrize("where", ["payload", "metadata"])
+def test_a_nan_token_is_refused_at_its_line(
+    source: Store, target: Store, token: str, where: str
+) -> None:
+    """An append never writes one (nor `null` in its place): only an edited file holds it,
+    and a reader would take it for a number or fail on it."""
+    from tests.test_erasure import _forged_export
+
+    ledger = source.tenant(tenant())
+    conv = ledger.create_conversation({"ok": 1})
+    ledger.append_messages(conv.id, [Message(role="user", content="NaN and Infinity")])
+    text = export_text(ledger, conv.id)
+    if where == "payload":
+        forged = _forged_export(text, payload=f'{{"role":"user","content":"x","score":{token}}}')
+    else:
+        forged = _forged_export(text, metadata=f'{{"ok":{token}}}')
+    lines = forged.splitlines(keepends=True)
+    error = refused_at(target, ledger, lines)
+    record = json.loads(lines[error.line - 1])
+    assert record["type"] == ("event" if where == "payload" else "conversation")
+    assert "NaN or Infinity" in str(error)
+    # The same file with the words in a text, not as tokens, imports.
+    target.tenant(ledger.tenant).import_file(io.StringIO(text))

@@ -863,14 +863,14 @@ def keyed_event(conn: Connection, conversation_id: str, key: str) -> Event | Non
     return None if row is None else event_from_row(row)
 
 
-def key_conflict(conversation_id: str, key: str) -> ConflictError:
-    """The error for an idempotency key replayed with other content."""
-    return ConflictError(
+def key_conflict(conversation_id: str, key: str) -> InvalidInputError:
+    """The error for an idempotency key replayed with other content: the caller's
+    mistake, not a race (a `ConflictError` invites a retry, which would fail for ever)."""
+    return InvalidInputError(
         f"Idempotency key {key!r} of conversation '{conversation_id}' was used for a "
-        f"different append (other messages, more or fewer of them, or another run). Nothing "
-        f"was written. Use a new key for new content; reuse a key only to retry the very "
-        f"same append.",
-        conversation_id=conversation_id,
+        f"different append (other messages, more or fewer of them, or another run), so "
+        f"nothing was written and a retry fails the same way: use a new key for new content, "
+        f"and reuse a key only to retry the very same append."
     )
 
 
@@ -915,7 +915,7 @@ def replayed(
     An append's events end at its first event flagged `head` (an append
     always moves the head past its last event), so the original is known
     exactly: a retry with fewer, more or other messages, or one that would
-    reach into a later append, is a `ConflictError`, never a partial replay.
+    reach into a later append, is an `InvalidInputError`, never a partial replay.
     """
     first = keyed_event(conn, conv.id, key)
     if first is None:

@@ -148,6 +148,9 @@ class _Import:
         cid = str(row["id"])
         self._own(row, "conversation", line)
         self._sealed_metadata(row, line)
+        for column in ("metadata", "state"):
+            if isinstance(row.get(column), str):
+                _finite(row[column], f"The {column} of conversation '{row['id']}'", line)
         if cid in self.seen:
             raise ImportFileError(line, _edited(f"Conversation '{cid}' comes a second time."))
         source = row["forked_from_conversation_id"]
@@ -304,6 +307,7 @@ class _Import:
                 ),
             )
         self._sealed_as_its_conversation(s, row["kind"], row["payload"], line)
+        _finite(row["payload"], f"The payload of the {row['kind']} event '{row['id']}'", line)
         s.current, s.tips[bid] = bid, (position, computed)
         if (bid, position) in s.needed:
             s.needed[(bid, position)] = computed
@@ -675,6 +679,30 @@ def _no_error(kind: str, text: str) -> bool:
     except ValueError:
         return False
     return isinstance(value, dict) and value.get("error") in (None, ERASED_CONTENT)
+
+
+def _finite(text: str, what: str, line: int) -> None:
+    """Refuse a JSON text that holds NaN or Infinity as a bare token, which Python's
+    parser reads as a number and every other one refuses: chatledger never writes one
+    (nor the null that pydantic would write in its place), so the file was edited."""
+    if "NaN" not in text and "Infinity" not in text:
+        return  # the common case: no such token can be there
+
+    def refuse(token: str) -> Any:
+        raise ImportFileError(
+            line,
+            _edited(
+                f"{what} holds {token}, which JSON cannot hold (no parser reads NaN or "
+                f"Infinity back)."
+            ),
+        )
+
+    try:
+        json.loads(text, parse_constant=refuse)
+    except ImportFileError:
+        raise
+    except (ValueError, RecursionError):
+        return  # not JSON: the checks of its record say so
 
 
 def _has_sealed_member(text: str) -> bool:

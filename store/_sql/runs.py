@@ -431,8 +431,8 @@ def _replayed_record(
     A retry carries the cursor the original carried, so the original starts
     right after the cursor and is the run's latest record: the run row stands
     just past it. Anything else (the key used elsewhere, other or more or
-    fewer events, later records since) is a `ConflictError`, never a partial
-    replay.
+    fewer events, later records since) is the caller's mistake, an
+    `InvalidInputError`, never a partial replay.
     """
     first = _append.keyed_event(conn, run.conversation_id, key)
     if first is None:

@@ -1,6 +1,5 @@
-"""Every example of the framework pages runs: the Python ones in order in one
-namespace, then the `chatledger` commands on what they wrote, printing what the
-page says they print."""
+"""The commands of the framework pages print what the pages say, on what the
+pages' Python examples wrote (tests/test_docs.py runs each example itself)."""
 
 from __future__ import annotations
 
@@ -11,33 +10,26 @@ from pathlib import Path
 import pytest
 
 from chatledger.engine.cli import main as chatledger
+from tests.test_docs import run_page_python
 
 DOCS = Path(__file__).parent.parent.parent / "docs"
-PAGE_URL = "sqlite:///chat.db"
 
 
 @pytest.mark.parametrize(
-    ("page", "blocks_at_least", "conversation", "commands_at_least"),
-    [("pydantic-ai.md", 4, "trip", 4), ("openai-agents.md", 5, "conversation", 3)],
+    ("page", "commands_at_least"), [("pydantic-ai.md", 4), ("openai-agents.md", 3)]
 )
-def test_the_page_examples_run(
+def test_the_page_commands_print_what_it_says(
     tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
     page: str,
-    blocks_at_least: int,
-    conversation: str,
     commands_at_least: int,
 ) -> None:
     text = (DOCS / page).read_text()
-    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.DOTALL)
-    assert len(blocks) >= blocks_at_least
-    url = f"sqlite:///{tmp_path / 'chat.db'}"
-    namespace: dict[str, object] = {"DATABASE_URL": url}
-    for number, block in enumerate(blocks, 1):
-        exec(compile(block, f"{page} block {number}", "exec"), namespace)
     # The last example prints the conversation id the command line takes.
-    conversation_id = capsys.readouterr().out.strip()
-    assert conversation_id == namespace[conversation].id  # type: ignore[attr-defined]
+    conversation_id = run_page_python(page, tmp_path).strip()
+    monkeypatch.chdir(tmp_path)  # the commands, like the examples, use ./chatledger.db
+    monkeypatch.delenv("CHATLEDGER_DATABASE_URL", raising=False)
 
     commands = [
         shlex.split(line)
@@ -48,7 +40,7 @@ def test_the_page_examples_run(
     assert len(commands) >= commands_at_least
     printed = []
     for command in commands:
-        args = [url if a == PAGE_URL else conversation_id if a == "<id>" else a for a in command]
+        args = [conversation_id if a == "<id>" else a for a in command]
         assert chatledger(args[1:]) == 0, command
         out, err = capsys.readouterr()
         assert err == "", err

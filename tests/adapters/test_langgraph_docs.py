@@ -1,5 +1,5 @@
-"""Every example of docs/langgraph.md runs: the Python ones in order in one namespace,
-then the `chatledger` commands on what they wrote."""
+"""The commands of docs/langgraph.md print what the page says, on what its Python
+examples wrote (tests/test_docs.py runs each example itself)."""
 
 from __future__ import annotations
 
@@ -10,23 +10,18 @@ from pathlib import Path
 import pytest
 
 from chatledger.engine.cli import main as chatledger
+from tests.test_docs import run_page_python
 
 PAGE = Path(__file__).parent.parent.parent / "docs" / "langgraph.md"
-PAGE_URL = "sqlite:///chat.db"
 
 
-def test_the_langgraph_page_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_langgraph_page_commands_print_what_it_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     text = PAGE.read_text()
-    blocks = re.findall(r"```python\n(.*?)```", text, flags=re.DOTALL)
-    assert len(blocks) >= 6
-    url = f"sqlite:///{tmp_path / 'chat.db'}"
-    namespace: dict[str, object] = {"DATABASE_URL": url}
-    try:
-        for number, block in enumerate(blocks, 1):
-            exec(compile(block, f"langgraph.md block {number}", "exec"), namespace)
-    finally:
-        namespace["store"].close()  # type: ignore[attr-defined]
-    conversation_id = capsys.readouterr().out.strip()  # the page prints the thread's id
+    conversation_id = run_page_python("langgraph.md", tmp_path).strip()  # the thread's id
+    monkeypatch.chdir(tmp_path)  # the commands, like the examples, use ./chatledger.db
+    monkeypatch.delenv("CHATLEDGER_DATABASE_URL", raising=False)
 
     commands = [
         shlex.split(line)
@@ -37,7 +32,7 @@ def test_the_langgraph_page_runs(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert len(commands) == 2
     printed = []
     for command in commands:
-        args = [url if a == PAGE_URL else conversation_id if a == "<id>" else a for a in command]
+        args = [conversation_id if a == "<id>" else a for a in command]
         assert chatledger(args[1:]) == 0, command
         out, err = capsys.readouterr()
         assert err == "", err
