@@ -275,7 +275,8 @@ class Store:
         max_attempts: int = 5,
         run_id: str | None = None,
     ) -> list[tuple[Run, RunCursor]]:
-        """Claim stale runs of every tenant (for a resume worker serving them all)."""
+        """Claim stale runs of every tenant (for a resume worker serving them all); only
+        the run `run_id` when given (`chatledger resume RUN_ID`)."""
         return self.execute(
             self._ops.claim_stale_runs(owner, limit, lease_seconds, max_attempts, run_id)
         )
@@ -868,7 +869,8 @@ class Ledger:
         max_attempts: int = 5,
         run_id: str | None = None,
     ) -> list[tuple[Run, RunCursor]]:
-        """Claim runs whose lease expired (each claim a new attempt)."""
+        """Claim runs whose lease expired (each claim a new attempt); only the run
+        `run_id` when given, none while its lease is live."""
         return self._store.execute(
             self._ops.claim_stale_runs(owner, limit, lease_seconds, max_attempts, run_id)
         )
