@@ -13,6 +13,10 @@ A run whose partial shows a tool started but never finished, for a tool the
 agent declares must not run twice (`protected_tools`), is not resumed
 automatically: it is marked as needing attention, with the uncertain calls
 named. So is a run whose resume chain already crashed `max_attempts` times.
+
+`resume_run` takes one run by id, now: a crashed one as the worker would, a
+failed or canceled one (a client that disconnected) straight to
+`Agent.resume`; the worker never picks those up itself.
 """
 
 from __future__ import annotations
@@ -75,7 +79,7 @@ class ResumeWorker:
         store: Store,
         *,
         owner: str | None = None,
-        lease_seconds: float = 30.0,
+        lease_seconds: float = 60.0,
         max_attempts: int = 3,
         protected_tools: set[str] | frozenset[str] = frozenset(),
     ) -> None:
@@ -111,6 +115,31 @@ class ResumeWorker:
             except LeaseError as error:
                 outcomes.append(ResumeOutcome(run.id, run.conversation_id, "skipped", str(error)))
         return outcomes
+
+    async def resume_run(self, ledger: Ledger, run_id: str) -> ResumeOutcome | None:
+        """Resume the run `run_id` of `ledger`'s tenant now, whatever its state allows.
+
+        A running run is claimed only once its lease has run out (then handled as
+        a crashed one); None while a live lease holds it. A failed or canceled
+        run is resumed with `Agent.resume`. A completed run raises
+        `store.RunStateError`, as does any run the store will not resume.
+        """
+        run = await asyncio.to_thread(ledger.run, run_id)
+        if run.status == "running":
+            claimed = await asyncio.to_thread(
+                ledger.claim_stale_runs,
+                owner=self.owner,
+                limit=1,
+                lease_seconds=self.lease_seconds,
+                max_attempts=self.max_attempts,
+                run_id=run_id,
+            )
+            if claimed:
+                return await self._handle(*claimed[0])
+            run = await asyncio.to_thread(ledger.run, run_id)
+            if run.status == "running":
+                return None  # its lease is live
+        return await self._resumed(ledger, run)
 
     async def serve(self, *, poll_seconds: float = 1.0, stop: asyncio.Event | None = None) -> None:
         """Keep claiming and resuming until `stop` is set."""
@@ -148,6 +177,10 @@ class ResumeWorker:
             return ResumeOutcome(
                 run.id, run.conversation_id, "attention", attention, uncertain=protected
             )
+        return await self._resumed(ledger, run)
+
+    async def _resumed(self, ledger: Ledger, run: Run) -> ResumeOutcome:
+        """Continue the ended run `run` with the agent."""
         try:
             result = await self.agent.resume_async(
                 ledger, run.id, owner=self.owner, lease_seconds=self.lease_seconds

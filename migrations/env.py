@@ -24,9 +24,7 @@ VERSION_TABLE = "chatledger_alembic_version"
 PARTITION = re.compile(r"chatledger_\w+_p\d+")
 
 
-def include_name(
-    name: str | None, type_: NameFilterType, _parents: NameFilterParentNames
-) -> bool:
+def include_name(name: str | None, type_: NameFilterType, _parents: NameFilterParentNames) -> bool:
     """Only chatledger's own tables are ours to compare and migrate.
 
     The hash partitions `Store.migrate(partitions=N)` makes (`<table>_p<i>`,
@@ -45,6 +43,8 @@ def run(connection: Connection) -> None:
         render_as_batch=connection.dialect.name == "sqlite",
         include_name=include_name,
         compare_type=True,
+        # `Store.migrate(progress=...)`: called after each revision applied.
+        on_version_apply=context.config.attributes.get("on_version_apply", ()),
     )
     with context.begin_transaction():
         context.run_migrations()

@@ -28,7 +28,7 @@ from chatledger.store._cache import HeadCache, MessageCache, TailCache
 from chatledger.store._crypto import KeyEncryptionKey, kek_for, sealer_for
 from chatledger.store._errors import ConflictError, EncryptionError, ErasedError
 from chatledger.store._ops import Operations, StoreOperations, completed
-from chatledger.store._retention import RetentionReport, run_retention
+from chatledger.store._retention import RetentionReport, SubjectOutcome, run_retention
 from chatledger.store._sealing import Program, adrive, needs_opening, opening, preparing
 from chatledger.store._sql.dialect import (
     WRITE,
@@ -221,7 +221,11 @@ class AsyncStore:
             await self.engine.dispose()
 
     async def migrate(
-        self, connection: AsyncConnection | None = None, *, partitions: int | None = None
+        self,
+        connection: AsyncConnection | None = None,
+        *,
+        partitions: int | None = None,
+        progress: Callable[[int, int], None] | None = None,
     ) -> None:
         """Upgrade the schema to this package's head revision.
 
@@ -232,7 +236,7 @@ class AsyncStore:
         Commit it as usual, for example within
         `async with engine.begin() as connection:`.
         """
-        await self.execute(self._ops.migrate(partitions), connection)
+        await self.execute(self._ops.migrate(partitions, progress), connection)
 
     def _tenant_ops(self, tenant: str) -> Operations:
         return Operations(tenant, self.message_cache, self._sealer, self._heads, self._tails)
@@ -244,6 +248,7 @@ class AsyncStore:
         export_dir: str | os.PathLike[str] | None = None,
         dry_run: bool = False,
         now: datetime | None = None,
+        progress: Callable[[SubjectOutcome], None] | None = None,
     ) -> RetentionReport:
         """See `Store.run_retention`. Its export files are written and synced in a
         worker thread, not on the event loop."""
@@ -253,6 +258,7 @@ class AsyncStore:
             export_dir=export_dir,
             dry_run=dry_run,
             now=now,
+            progress=progress,
         )
         return await adrive(program, self.execute)
 
@@ -260,9 +266,11 @@ class AsyncStore:
         """A handle whose every operation is scoped to `tenant`."""
         return AsyncLedger(self, tenant)
 
-    async def rebuild(self, progress: Callable[[int, int], None] | None = None) -> int:
+    async def rebuild(
+        self, progress: Callable[[int, int], None] | None = None, *, tenant: str | None = None
+    ) -> int:
         """See `Store.rebuild`."""
-        return await self.execute(self._ops.rebuild(progress))
+        return await self.execute(self._ops.rebuild(progress, tenant))
 
     async def claim_stale_runs(
         self,
@@ -271,10 +279,11 @@ class AsyncStore:
         limit: int = 10,
         lease_seconds: float = 60.0,
         max_attempts: int = 5,
+        run_id: str | None = None,
     ) -> list[tuple[Run, RunCursor]]:
         """See `Store.claim_stale_runs`."""
         return await self.execute(
-            self._ops.claim_stale_runs(owner, limit, lease_seconds, max_attempts)
+            self._ops.claim_stale_runs(owner, limit, lease_seconds, max_attempts, run_id)
         )
 
     async def verify(
@@ -703,9 +712,14 @@ class AsyncLedger:
             stop=stop,
         )
 
-    async def verify_all(self, *, recompute: Recompute = "auto") -> list[Verification]:
+    async def verify_all(
+        self,
+        progress: Callable[[Verification], None] | None = None,
+        *,
+        recompute: Recompute = "auto",
+    ) -> list[Verification]:
         """See `Ledger.verify_all`."""
-        return await self._store.execute(self._ops.verify_all(recompute))
+        return await self._store.execute(self._ops.verify_all(progress, recompute))
 
     async def renew_lease(self, cursor: RunCursor, seconds: float = 60.0) -> None:
         """See `Ledger.renew_lease`."""
@@ -733,10 +747,11 @@ class AsyncLedger:
         limit: int = 10,
         lease_seconds: float = 60.0,
         max_attempts: int = 5,
+        run_id: str | None = None,
     ) -> list[tuple[Run, RunCursor]]:
         """See `Ledger.claim_stale_runs`."""
         return await self._store.execute(
-            self._ops.claim_stale_runs(owner, limit, lease_seconds, max_attempts)
+            self._ops.claim_stale_runs(owner, limit, lease_seconds, max_attempts, run_id)
         )
 
     async def export(

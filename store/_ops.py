@@ -881,13 +881,15 @@ class Operations:
             fn=verify_one,
         )
 
-    def verify_all(self, recompute: Recompute) -> Op[list[Verification]]:
-        return _verify_op(self.tenant, None, recompute)
+    def verify_all(
+        self, progress: Callable[[Verification], None] | None, recompute: Recompute
+    ) -> Op[list[Verification]]:
+        return _verify_op(self.tenant, progress, recompute)
 
     def claim_stale_runs(
-        self, owner: str, limit: int, lease_seconds: float, max_attempts: int
+        self, owner: str, limit: int, lease_seconds: float, max_attempts: int, run_id: str | None
     ) -> Op[list[tuple[Run, RunCursor]]]:
-        return _claim_op(self.tenant, owner, limit, lease_seconds, max_attempts)
+        return _claim_op(self.tenant, owner, limit, lease_seconds, max_attempts, run_id)
 
     def export(
         self, out: TextIO, conversation_id: str | None, progress: Progress | None
@@ -915,16 +917,17 @@ class Operations:
 class StoreOperations:
     """Builds the operations over the whole database that `Store` and `AsyncStore` run."""
 
-    def migrate(self, partitions: int | None = None) -> Op[None]:
-        if partitions is None:
-            return Op("migrating the schema", write=True, fn=_migrate.upgrade)
+    def migrate(
+        self, partitions: int | None, progress: Callable[[int, int], None] | None
+    ) -> Op[None]:
+        def migrate(conn: Connection) -> None:
+            if partitions is not None:
+                _partitions.refuse_sqlite(conn)
+            _migrate.upgrade(conn, progress=progress)
+            if partitions is not None:
+                _partitions.partition(conn, partitions)
 
-        def migrate_partitioned(conn: Connection) -> None:
-            _partitions.refuse_sqlite(conn)
-            _migrate.upgrade(conn)
-            _partitions.partition(conn, partitions)
-
-        return Op("migrating the schema", write=True, fn=migrate_partitioned)
+        return Op("migrating the schema", write=True, fn=migrate)
 
     def rotate_kek(self, sealer: Sealer | None, new: KeyEncryptionKey) -> Op[int]:
         if sealer is None:
@@ -945,17 +948,19 @@ class StoreOperations:
             fn=lambda c: _at_head(_migrate.current_revision(c)),
         )
 
-    def rebuild(self, progress: Callable[[int, int], None] | None) -> Op[int]:
+    def rebuild(self, progress: Callable[[int, int], None] | None, tenant: str | None) -> Op[int]:
+        if tenant is not None:
+            _log.check_text(tenant, "tenant")
         return Op(
-            "rebuilding views",
+            "rebuilding views" if tenant is None else f"rebuilding the views of tenant '{tenant}'",
             write=True,
-            fn=lambda c: projector.rebuild_views(c, progress=progress),
+            fn=lambda c: projector.rebuild_views(c, progress=progress, tenant=tenant),
         )
 
     def claim_stale_runs(
-        self, owner: str, limit: int, lease_seconds: float, max_attempts: int
+        self, owner: str, limit: int, lease_seconds: float, max_attempts: int, run_id: str | None
     ) -> Op[list[tuple[Run, RunCursor]]]:
-        return _claim_op(None, owner, limit, lease_seconds, max_attempts)
+        return _claim_op(None, owner, limit, lease_seconds, max_attempts, run_id)
 
     def verify(
         self, progress: Callable[[Verification], None] | None, recompute: Recompute
@@ -976,9 +981,14 @@ def _verify_op(
 
 
 def _claim_op(
-    tenant: str | None, owner: str, limit: int, lease_seconds: float, max_attempts: int
+    tenant: str | None,
+    owner: str,
+    limit: int,
+    lease_seconds: float,
+    max_attempts: int,
+    run_id: str | None,
 ) -> Op[list[tuple[Run, RunCursor]]]:
-    """Claim stale runs of `tenant` (None: of every tenant)."""
+    """Claim stale runs of `tenant` (None: of every tenant); only `run_id` when given."""
     return Op(
         "claiming stale runs",
         write=True,
@@ -989,6 +999,7 @@ def _claim_op(
             limit=limit,
             lease_seconds=lease_seconds,
             max_attempts=max_attempts,
+            run_id=run_id,
         ),
     )
 

@@ -78,9 +78,11 @@ def run_retention(
     export_dir: str | os.PathLike[str] | None,
     dry_run: bool,
     now: datetime | None,
+    progress: Callable[[SubjectOutcome], None] | None = None,
 ) -> Program[RetentionReport]:
     """Apply the retention policy of `tenant` (default: every tenant that has one),
-    as a program of `Op`s (`store._sealing`) that each face drives."""
+    as a program of `Op`s (`store._sealing`) that each face drives; `progress`
+    with each subject's outcome."""
     if now is not None and not isinstance(now, datetime):
         raise InvalidInputError(f"now must be a datetime, not {type(now).__name__}.")
     policies: list[RetentionPolicy]
@@ -103,9 +105,13 @@ def run_retention(
         for subject, conversation_ids in plan.due.items():
             if dry_run:
                 outcomes.append(SubjectOutcome(plan.tenant, subject, conversation_ids))
-                continue
-            ops = ops_for(plan.tenant)
-            outcomes.append((yield from _apply(ops, plan, subject, conversation_ids, export_dir)))
+            else:
+                ops = ops_for(plan.tenant)
+                outcomes.append(
+                    (yield from _apply(ops, plan, subject, conversation_ids, export_dir))
+                )
+            if progress is not None:
+                progress(outcomes[-1])
     return RetentionReport(dry_run, plans, outcomes)
 
 

@@ -22,7 +22,7 @@ from chatledger.store._cache import HeadCache, MessageCache, TailCache
 from chatledger.store._crypto import KeyEncryptionKey, kek_for, sealer_for
 from chatledger.store._errors import ConflictError, EncryptionError, ErasedError
 from chatledger.store._ops import Operations, StoreOperations, completed
-from chatledger.store._retention import RetentionReport, run_retention
+from chatledger.store._retention import RetentionReport, SubjectOutcome, run_retention
 from chatledger.store._sealing import drive, needs_opening, opening, preparing
 from chatledger.store._sql.dialect import (
     DriverConnections,
@@ -199,7 +199,11 @@ class Store:
             self.engine.dispose()
 
     def migrate(
-        self, connection: Connection | None = None, *, partitions: int | None = None
+        self,
+        connection: Connection | None = None,
+        *,
+        partitions: int | None = None,
+        progress: Callable[[int, int], None] | None = None,
     ) -> None:
         """Upgrade the schema to this package's head revision.
 
@@ -208,9 +212,10 @@ class Store:
         tables hash-partitioned by conversation into that many partitions,
         copying their rows, if they are not partitioned yet; a different
         count on a partitioned database is refused
-        (docs/scaling.md).
+        (docs/scaling.md). `progress(done, total)` is called after each
+        revision applied.
         """
-        self.execute(self._ops.migrate(partitions), connection)
+        self.execute(self._ops.migrate(partitions, progress), connection)
 
     def _tenant_ops(self, tenant: str) -> Operations:
         return Operations(tenant, self.message_cache, self._sealer, self._heads, self._tails)
@@ -222,6 +227,7 @@ class Store:
         export_dir: str | os.PathLike[str] | None = None,
         dry_run: bool = False,
         now: datetime | None = None,
+        progress: Callable[[SubjectOutcome], None] | None = None,
     ) -> RetentionReport:
         """Apply retention policies: for `tenant`, or every tenant that has one.
 
@@ -233,6 +239,7 @@ class Store:
         from a scheduler: a pass killed halfway finishes when run again.
         `dry_run` writes nothing and reports what would be done; `now` (default
         the database's clock) is the moment idleness is measured from.
+        `progress` is called with each subject's outcome as it comes.
         """
         program = run_retention(
             self._tenant_ops,
@@ -240,6 +247,7 @@ class Store:
             export_dir=export_dir,
             dry_run=dry_run,
             now=now,
+            progress=progress,
         )
         return drive(program, self.execute)
 
@@ -247,13 +255,16 @@ class Store:
         """A handle whose every operation is scoped to `tenant`."""
         return Ledger(self, tenant)
 
-    def rebuild(self, progress: Callable[[int, int], None] | None = None) -> int:
+    def rebuild(
+        self, progress: Callable[[int, int], None] | None = None, *, tenant: str | None = None
+    ) -> int:
         """Recompute every materialized view from the events; return the view count.
 
         It runs in one transaction: readers see the old views until it commits.
-        `progress(done, total)` is called as it goes.
+        `progress(done, total)` is called as it goes; `tenant` rebuilds only the
+        views of that tenant's conversations.
         """
-        return self.execute(self._ops.rebuild(progress))
+        return self.execute(self._ops.rebuild(progress, tenant))
 
     def claim_stale_runs(
         self,
@@ -262,9 +273,13 @@ class Store:
         limit: int = 10,
         lease_seconds: float = 60.0,
         max_attempts: int = 5,
+        run_id: str | None = None,
     ) -> list[tuple[Run, RunCursor]]:
-        """Claim stale runs of every tenant (for a resume worker serving them all)."""
-        return self.execute(self._ops.claim_stale_runs(owner, limit, lease_seconds, max_attempts))
+        """Claim stale runs of every tenant (for a resume worker serving them all); only
+        the run `run_id` when given (`chatledger resume RUN_ID`)."""
+        return self.execute(
+            self._ops.claim_stale_runs(owner, limit, lease_seconds, max_attempts, run_id)
+        )
 
     def verify(
         self,
@@ -816,9 +831,15 @@ class Ledger:
             stop=stop,
         )
 
-    def verify_all(self, *, recompute: Recompute = "auto") -> list[Verification]:
-        """Recompute the hash chain of every conversation of this tenant."""
-        return self._store.execute(self._ops.verify_all(recompute))
+    def verify_all(
+        self,
+        progress: Callable[[Verification], None] | None = None,
+        *,
+        recompute: Recompute = "auto",
+    ) -> list[Verification]:
+        """Recompute the hash chain of every conversation of this tenant; `progress` is
+        called with each conversation's result as it comes."""
+        return self._store.execute(self._ops.verify_all(progress, recompute))
 
     def renew_lease(self, cursor: RunCursor, seconds: float = 60.0) -> None:
         """Extend the run's lease by `seconds` of the database's clock."""
@@ -846,10 +867,12 @@ class Ledger:
         limit: int = 10,
         lease_seconds: float = 60.0,
         max_attempts: int = 5,
+        run_id: str | None = None,
     ) -> list[tuple[Run, RunCursor]]:
-        """Claim runs whose lease expired (each claim a new attempt)."""
+        """Claim runs whose lease expired (each claim a new attempt); only the run
+        `run_id` when given, none while its lease is live."""
         return self._store.execute(
-            self._ops.claim_stale_runs(owner, limit, lease_seconds, max_attempts)
+            self._ops.claim_stale_runs(owner, limit, lease_seconds, max_attempts, run_id)
         )
 
     def export(

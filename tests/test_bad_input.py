@@ -276,6 +276,7 @@ HUGE = 10**20
         lambda ledger, conv: ledger.history(conv.id, at=Position(conv.head.branch_id, HUGE)),
         lambda ledger, conv: ledger.claim_stale_runs(owner="w", limit=HUGE),
         lambda ledger, conv: ledger.claim_stale_runs(owner="w", max_attempts=0),
+        lambda ledger, conv: ledger.claim_stale_runs(owner="w", run_id="not-a-run"),
         lambda ledger, conv: ledger.claim_stale_runs(owner="w", lease_seconds=math.nan),
         lambda ledger, conv: ledger.start_run(conv.id, owner="w", lease_seconds=math.inf),
         lambda ledger, conv: ledger.audit.events(limit=HUGE),

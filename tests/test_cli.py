@@ -179,7 +179,7 @@ def test_every_command_names_a_handler_that_exists() -> None:
         return found
 
     commands = leaves(_parser())
-    assert len(commands) == 26  # 16 commands, 4 retention actions and 6 audit questions
+    assert len(commands) == 28  # 18 commands, 4 retention actions and 6 audit questions
     for command in commands:
         assert callable(_handler(command.get_default("handler"))), command.prog
 
@@ -192,7 +192,9 @@ def test_migrate_then_history(tmp_path: Path) -> None:
         conv = ledger.create_conversation()
         ledger.append_messages(conv.id, [Message(role="user", content="from the test")])
     result = chatledger("history", conv.id, "--json", url=url)
-    assert json.loads(result.stdout) == [{"role": "user", "content": "from the test"}]
+    assert json.loads(result.stdout) == [
+        {"role": "user", "content": "from the test", "position": 2}
+    ]
 
 
 def test_history_readable_raw_and_at(seeded: tuple[str, str]) -> None:
@@ -277,7 +279,7 @@ def test_unreachable_database_gives_one_clear_line() -> None:
     [
         (["runs", "--status", "sideways"], "invalid choice: 'sideways'", "chatledger runs"),
         (["tail", "--limit", "0"], "0 is not from 1 to 10,000", "chatledger tail"),
-        (["history"], "the following arguments are required", "chatledger history"),
+        (["fork"], "the following arguments are required", "chatledger fork"),
         (["fork", "x", "--at", "many"], "'many' is not a whole number", "chatledger fork"),
         (["audit"], "the following arguments are required", "chatledger audit"),
         (["audit", "events", "--limit", "x"], "invalid int value", "chatledger audit events"),

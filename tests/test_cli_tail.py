@@ -147,7 +147,7 @@ def test_tail_of_one_conversation_leaves_the_others_out(seeded: tuple[str, str, 
 def test_another_tenants_conversation_is_not_found(seeded: tuple[str, str, str]) -> None:
     url, _, conv = seeded
     result = chatledger("tail", "--tenant", "someone-else", "--conversation", conv, url=url)
-    assert "does not exist for tenant 'someone-else'" in one_line_error(result)
+    assert "in tenant 'someone-else'" in one_line_error(result)
     assert result.stdout == ""
 
 

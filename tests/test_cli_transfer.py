@@ -59,7 +59,7 @@ def test_export_to_a_file_then_import_it_into_another_database(
     assert main(["import", str(file), "--database-url", target_url]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"Imported 0 conversations (0 events) into tenant '{tenant}'; 2 were")
-    assert all(f"already present  {i}" in out for i in ids)
+    assert out.count("\n") == 1  # the summary; `--json` lists the conversations
 
     assert main(["verify", "--database-url", target_url, "--tenant", tenant]) == 0
     assert "every chain is intact" in capsys.readouterr().out
@@ -87,7 +87,7 @@ def test_export_of_one_conversation_to_stdout(
     assert json.loads(capsys.readouterr().out)["conversations"] == [conv_id, fork_id]
 
 
-def test_a_terminal_sees_the_running_count(
+def test_a_terminal_sees_a_bar_of_the_events(
     seeded: tuple[str, str, list[str]],
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
@@ -98,7 +98,7 @@ def test_a_terminal_sees_the_running_count(
     file = tmp_path / "export.jsonl"
     assert main(["export", "--database-url", url, "--tenant", tenant, "-o", str(file)]) == 0
     err = capsys.readouterr().err
-    assert err.startswith("\rexported 1 events")
+    assert err.startswith("\rexporting: ")  # the bar (tqdm), rewritten in place
     assert err.splitlines()[-1].lstrip("\r ").startswith("Exported 2 conversations")
 
 

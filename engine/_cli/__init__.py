@@ -17,13 +17,20 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 from chatledger import __version__
-from chatledger.engine._cli._common import DEFAULT_TENANT, EXIT_ERROR, EXIT_PIPE
+from chatledger.engine._cli._common import (
+    DEFAULT_TENANT,
+    EXIT_ERROR,
+    EXIT_PIPE,
+    LEASE_SECONDS,
+    cli_message,
+)
 from chatledger.store._errors import ChatledgerError
 
 __all__ = ["main"]
@@ -50,6 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(argv: Sequence[str] | None) -> int:
     parser = _parser()
+    _complete(parser)
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
         parser.print_help()
@@ -60,7 +68,7 @@ def _run(argv: Sequence[str] | None) -> int:
         raise  # the reader went away: `main` ends quietly
     except ChatledgerError as error:
         # One line, whatever the driver's message looked like.
-        print(f"chatledger: error: {' '.join(str(error).split())}", file=sys.stderr)
+        print(f"chatledger: error: {cli_message(error)}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         print("chatledger: interrupted", file=sys.stderr)
@@ -79,6 +87,18 @@ def _run(argv: Sequence[str] | None) -> int:
         return EXIT_ERROR
 
 
+def _complete(parser: argparse.ArgumentParser) -> None:
+    """Answer the shell's completion request and exit, when this run is one.
+
+    The script `chatledger completion SHELL` prints runs the command with
+    `_ARGCOMPLETE` set; any other run returns at once, importing nothing.
+    """
+    if "_ARGCOMPLETE" in os.environ:
+        import argcomplete
+
+        argcomplete.autocomplete(parser)
+
+
 def _handler(name: str) -> Callable[[argparse.Namespace], int]:
     """The function that `name` (`module:function`, in this package) names, imported now."""
     module, _, function = name.partition(":")
@@ -86,6 +106,18 @@ def _handler(name: str) -> Callable[[argparse.Namespace], int]:
         importlib.import_module(f"{__name__}.{module}"), function
     )
     return found
+
+
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def _id(text: str) -> str:
+    """An argparse type: an id as given, lower-cased when it is a UUID in capitals
+    (chatledger's ids are lower-case; a copied id may not be). Only the case
+    changes, so it names the same row, of the same tenant, or none; anything else
+    goes to the store as it is, which says what is wrong with it."""
+    lowered = text.lower()
+    return lowered if _UUID.fullmatch(lowered) else text
 
 
 def _count(low: int, high: int) -> Callable[[str], int]:
@@ -139,36 +171,100 @@ def _parser() -> argparse.ArgumentParser:
         p.set_defaults(handler=run)
         return p
 
-    command("migrate", "_commands:migrate", "create or upgrade chatledger's tables", common)
+    p = command(
+        "migrate", "_commands:migrate", "create or upgrade chatledger's tables", common, output
+    )
+    p.add_argument(
+        "--partitions",
+        type=_count(1, 1024),
+        metavar="N",
+        help="hash-partition the events and head views into N partitions (Postgres; "
+        "see docs/scaling.md)",
+    )
     command("demo", "_commands:demo", "show the whole product offline in a few seconds", common)
+
+    p = command(
+        "conversations",
+        "_commands:conversations",
+        "list the tenant's conversations, newest first",
+        common,
+        tenant,
+        output,
+    )
+    p.add_argument("--limit", type=_count(1, 10_000), default=50, help="how many (default 50)")
+    p.add_argument(
+        "--before", type=_id, metavar="ID", help="only those older than this one (the next page)"
+    )
 
     p = command(
         "history", "_commands:history", "print a conversation's history", common, tenant, output
     )
-    p.add_argument("conversation", help="the conversation id")
+    p.description = (
+        "Print a conversation's history, each message after its position. A position counts "
+        "the events on the conversation's branch (its creation is 1, then each message, and "
+        "a run's steps), not messages: pass the one printed beside a message to `fork --at` "
+        "or `history --at` to keep the history up to that message. Without a conversation, "
+        "the tenant's newest one is shown (`chatledger conversations` lists them all)."
+    )
+    p.add_argument(
+        "conversation", type=_id, nargs="?", help="the conversation id (default: the newest)"
+    )
     p.add_argument("--at", help="a position on the head's lineage, or an ISO timestamp")
     p.add_argument("--raw", action="store_true", help="as recorded, without repair")
 
     p = command("runs", "_commands:runs", "list runs", common, tenant, output)
     p.add_argument("--status", choices=["running", "completed", "failed", "canceled"])
     p.add_argument("--attention", action="store_true", help="only runs that need a person")
-    p.add_argument("--conversation", help="only runs of this conversation")
+    p.add_argument("--conversation", type=_id, help="only runs of this conversation")
     p.add_argument("--limit", type=_count(1, 100_000), default=50)
 
     p = command("fork", "_commands:fork", "fork a conversation", common, tenant, output)
-    p.add_argument("conversation", help="the conversation id")
+    p.add_argument("conversation", type=_id, help="the conversation id")
     p.add_argument(
         "--at",
         type=_count(1, 2**31 - 1),
         help="a position on the head's lineage (default: head)",
     )
 
-    p = command("resume", "_commands:resume", "resume crashed runs with a worker", common, output)
+    p = command(
+        "resume",
+        "_commands:resume",
+        "resume crashed runs with a worker, or one run now",
+        common,
+        output,
+    )
+    p.description = (
+        "Without RUN_ID, a worker: it claims the runs of every tenant whose process died "
+        "(still running once their lease ran out) and continues each exactly once. With "
+        "RUN_ID, resume that run of --tenant now: a crashed one, a failed one or a canceled "
+        "one (a client that disconnected); a run still running or completed is refused, "
+        "saying why. See docs/operations.md."
+    )
+    p.add_argument(
+        "run", type=_id, nargs="?", metavar="RUN_ID", help="resume this run now, then exit"
+    )
+    p.add_argument(
+        "--tenant",
+        help=f"the tenant of RUN_ID (default: {DEFAULT_TENANT}); the worker serves every tenant",
+    )
     p.add_argument("--agent", required=True, help="the agent, as module:attribute")
     p.add_argument("--once", action="store_true", help="one pass, then exit")
     p.add_argument("--concurrency", type=_count(1, 256), default=1, help="workers in this process")
-    p.add_argument("--lease-seconds", type=float, default=30.0)
+    p.add_argument(
+        "--lease-seconds",
+        type=float,
+        default=LEASE_SECONDS,
+        help=f"how long a claim lasts unrenewed (default: {LEASE_SECONDS:g}, as a run's)",
+    )
     p.add_argument("--max-attempts", type=_count(1, 1000), default=3)
+    p.add_argument(
+        "--protected-tool",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a tool that must not run twice: a crashed run that started it without a result "
+        "is marked for attention, not resumed (repeatable; besides the agent's rerun=False tools)",
+    )
 
     p = command(
         "verify",
@@ -177,7 +273,7 @@ def _parser() -> argparse.ArgumentParser:
         common,
         output,
     )
-    p.add_argument("--conversation", help="only this conversation (of --tenant)")
+    p.add_argument("--conversation", type=_id, help="only this conversation (of --tenant)")
     p.add_argument("--tenant", help="only this tenant's conversations")
     p.add_argument(
         "--recompute",
@@ -187,7 +283,10 @@ def _parser() -> argparse.ArgumentParser:
         "database, or client (here, independent of the server's functions)",
     )
 
-    command("rebuild", "_commands:rebuild", "recompute every view from the events", common)
+    p = command(
+        "rebuild", "_commands:rebuild", "recompute every view from the events", common, output
+    )
+    p.add_argument("--tenant", help="only this tenant's conversations (default: every tenant)")
 
     p = command(
         "erase",
@@ -215,6 +314,7 @@ def _parser() -> argparse.ArgumentParser:
         "_erasure:rotate_kek",
         "re-wrap every data key under a new key-encryption key",
         common,
+        output,
     )
     p.description = (
         "Re-wrap every data key under the key-encryption key in $CHATLEDGER_NEW_KEK (base64 "
@@ -245,7 +345,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="CURSOR",
         help="resume after this cursor (the `after` a --json line printed)",
     )
-    p.add_argument("--conversation", metavar="ID", help="only this conversation's events")
+    p.add_argument("--conversation", type=_id, metavar="ID", help="only this conversation's events")
     p.add_argument("--follow", action="store_true", help="keep printing events as they commit")
     p.add_argument(
         "--json",
@@ -266,6 +366,7 @@ def _parser() -> argparse.ArgumentParser:
         "write the tenant's log (or a conversation's) as JSON Lines, to import elsewhere",
         common,
         tenant,
+        output,
     )
     p.description = (
         "Write the tenant's conversations, or one with the conversations it was forked from, "
@@ -273,8 +374,11 @@ def _parser() -> argparse.ArgumentParser:
         "and the rows that rebuild it. `chatledger import` reads it into another database, "
         "SQLite or Postgres. See docs/export.md."
     )
-    p.add_argument("--conversation", metavar="ID", help="only this conversation (and its sources)")
+    p.add_argument(
+        "--conversation", type=_id, metavar="ID", help="only this conversation (and its sources)"
+    )
     p.add_argument("--output", "-o", metavar="FILE", help="write to FILE (default: stdout)")
+    p.epilog = "--json prints the report on stdout, so it takes --output."
 
     p = command(
         "import",
@@ -293,7 +397,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p = command("chat", "_commands:chat", "chat with an OpenAI-compatible model", common, tenant)
     p.add_argument("--model", default=os.environ.get("CHATLEDGER_MODEL", "gpt-4o-mini"))
-    p.add_argument("--conversation", help="continue this conversation")
+    p.add_argument("--conversation", type=_id, help="continue this conversation")
 
     p = command("serve", "_serve:serve", "serve /v1/ask and the read endpoints over HTTP", common)
     p.add_argument("--agent", required=True, help="the agent, as module:attribute")
@@ -312,9 +416,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="the address to listen on")
     p.add_argument("--port", type=_count(0, 65535), default=8000, help="the port (0: any free)")
 
-    p = command("api-key", "_serve:api_key", "make an API key for a tenant of `serve`")
+    p = command("api-key", "_serve:api_key", "make an API key for a tenant of `serve`", output)
     p.add_argument("tenant", help="the tenant the key opens")
     p.add_argument("--keys", help="add the key's digest to this key file (created if missing)")
+
+    p = command("completion", "_commands:completion", "print a shell completion script")
+    p.description = (
+        "Print the script that completes chatledger's commands and options in bash or zsh. "
+        'Load it from your shell\'s start-up file: eval "$(chatledger completion bash)".'
+    )
+    p.add_argument("shell", choices=["bash", "zsh"])
 
     _add_audit(sub, common, tenant, output)
     return parser
@@ -335,7 +446,7 @@ def _add_retention(
         "`retention run` applies it: call it from a scheduler. See docs/erasure.md.",
     )
     sub = retention.add_subparsers(dest="retention_command", metavar="ACTION", required=True)
-    p = sub.add_parser("set", parents=[common, tenant], help="set the tenant's policy")
+    p = sub.add_parser("set", parents=[common, tenant, output], help="set the tenant's policy")
     p.set_defaults(handler="_retention:set_policy")
     p.add_argument("--idle-days", type=_count(1, 365_000), required=True, metavar="N")
     p.add_argument("--action", choices=["erase", "export-erase"], required=True)
@@ -382,12 +493,12 @@ def _add_audit(
         p.add_argument("--until", help="up to this ISO time (exclusive)")
 
     p = leaf("timeline", "every event of a run, in order, with stage and timing")
-    p.add_argument("run", help="the run id")
+    p.add_argument("run", type=_id, help="the run id")
     p.add_argument("--kind", action="append", help="only this event kind (repeatable)")
     paged(p)
 
     p = leaf("request", "what the model saw: request N of a run, rebuilt from the log")
-    p.add_argument("run", help="the run id")
+    p.add_argument("run", type=_id, help="the run id")
     p.add_argument("number", type=int, help="the request number (from 1)")
     p.add_argument("--agent", help="the run's agent, as module:attribute, to check the digest")
     source = p.add_mutually_exclusive_group()
@@ -396,8 +507,8 @@ def _add_audit(
     p.add_argument("--body", action="store_true", help="print the rebuilt wire body (--agent)")
 
     p = leaf("tools", "tool executions: finished, failed, running, uncertain")
-    p.add_argument("--conversation", help="only this conversation's calls")
-    p.add_argument("--run", help="only this run's calls")
+    p.add_argument("--conversation", type=_id, help="only this conversation's calls")
+    p.add_argument("--run", type=_id, help="only this run's calls")
     p.add_argument("--tool", help="only calls of this tool")
     p.add_argument(
         "--status",
@@ -409,18 +520,18 @@ def _add_audit(
     paged(p)
 
     p = leaf("messages", "messages a caller supplied (client) or repair synthesized")
-    p.add_argument("--conversation", help="only this conversation's messages")
-    p.add_argument("--run", help="only this run's messages")
+    p.add_argument("--conversation", type=_id, help="only this conversation's messages")
+    p.add_argument("--run", type=_id, help="only this run's messages")
     p.add_argument("--origin", choices=["client", "repair"], help="only this origin")
     window(p)
     paged(p)
 
     p = leaf("lineage", "a conversation's branches, forks in and out, and resumes")
-    p.add_argument("conversation", help="the conversation id")
+    p.add_argument("conversation", type=_id, help="the conversation id")
 
     p = leaf("events", "the raw log, filtered")
-    p.add_argument("--conversation", help="only this conversation's events")
-    p.add_argument("--run", help="only this run's events")
+    p.add_argument("--conversation", type=_id, help="only this conversation's events")
+    p.add_argument("--run", type=_id, help="only this run's events")
     p.add_argument("--kind", action="append", help="only this event kind (repeatable)")
     p.add_argument("--tool", help="only tool.started events and tool results of this tool")
     p.add_argument("--origin", choices=["run", "client", "repair"], help="only this origin")

@@ -36,6 +36,7 @@ from chatledger.engine._cli._common import (
 from chatledger.store import (
     Audit,
     Event,
+    Ledger,
     Lineage,
     Page,
     RecordedRequest,
@@ -76,6 +77,8 @@ def request(args: argparse.Namespace) -> int:
     out: dict[str, Any]
     with open_store(args) as store:
         ledger = store.tenant(args.tenant)
+        if args.agent is None and instructions is None:
+            _refuse_without_instructions(ledger, args.run)
         if args.agent is None:
             recorded = ledger.audit.model_request(
                 args.run, args.number, instructions=instructions or ""
@@ -105,6 +108,21 @@ def request(args: argparse.Namespace) -> int:
             if args.body:
                 print(out["body"])
     return 1 if out.get("matches") is False else 0
+
+
+def _refuse_without_instructions(ledger: Ledger, run_id: str) -> None:
+    """A run that recorded the digest of its instructions can be rebuilt only with them:
+    say so, rather than let the check compare the digest of no instructions."""
+    from chatledger.store.history import instructions_digest
+
+    started = ledger.events(run_id=run_id, limit=1)
+    recorded = started[0].payload.get("instructionsDigest") if started else None
+    if recorded is not None and recorded != instructions_digest(""):
+        raise UsageError(
+            f"Run '{run_id}' was given instructions, and the log keeps only their sha256: pass "
+            f"--agent module:attribute (the run's agent, which resolves them) or "
+            f"--instructions / --instructions-file (the text it resolved) to rebuild the request."
+        )
 
 
 def tools(args: argparse.Namespace) -> int:

@@ -1,7 +1,8 @@
 """What every `chatledger` command shares.
 
 Opening the store, loading an agent named `module:attribute`, one table
-printer, one message line, ISO times, the usage error, and JSON through
+printer, one message line, ISO times, counted nouns, the usage error, the
+store's errors in the command's own words, one progress bar, and JSON through
 pydantic. It loads no database code itself: `open_store` does, once a
 command runs.
 """
@@ -14,11 +15,12 @@ import importlib
 import json
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from chatledger.store._errors import ChatledgerError
+from chatledger.store._errors import ChatledgerError, NotFoundError
 
 if TYPE_CHECKING:
     from pydantic import TypeAdapter
@@ -30,19 +32,28 @@ __all__ = [
     "DEFAULT_TENANT",
     "EXIT_ERROR",
     "EXIT_PIPE",
+    "LEASE_SECONDS",
+    "Progress",
     "UsageError",
+    "cli_message",
+    "counted",
     "load_agent",
     "message_line",
     "open_store",
     "parse_time",
     "print_json",
     "print_table",
+    "progress",
     "to_json",
     "where",
 ]
 
 DEFAULT_TENANT = "default"
 """The tenant of every command given no `--tenant`, and the one the demo writes to."""
+
+LEASE_SECONDS = 60.0
+"""How long a run's lease (and a worker's claim) lasts unrenewed by default: the
+agent's `lease_seconds`, so a crashed run waits as long as a live one renews."""
 
 EXIT_ERROR = 1
 """The exit status of a command that failed with a sentence on stderr."""
@@ -56,6 +67,68 @@ class UsageError(ChatledgerError):
 
     Printed as one line on stderr, exit status 1 (argparse's own errors exit 2).
     """
+
+
+def cli_message(error: ChatledgerError) -> str:
+    """What the store's `error` says to a user of the command line, on one line.
+
+    The store's advice names its Python calls (`store.tenant(...)`); a user of
+    the command can act only on its options, so those errors are worded again
+    here, and every other one is the store's sentence, whitespace squeezed.
+    """
+    if isinstance(error, NotFoundError):
+        return (
+            f"There is no {error.kind} '{error.ident}' in tenant '{error.tenant}'. Check the id, "
+            f"and pass --tenant with the tenant that created it (and --database-url if it "
+            f"lives in another database)."
+        )
+    return " ".join(str(error).split())
+
+
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """`count` and `noun` in agreement: "1 conversation", "2,000 conversations"."""
+    return f"{count:,} {noun if count == 1 else plural or noun + 's'}"
+
+
+class Progress:
+    """A tqdm bar, fed by the store's progress hooks: `at` for one that says how far
+    it is (`done`, and `total` when known), `step` for one called once per item."""
+
+    def __init__(self, bar: Any) -> None:
+        self.bar = bar
+
+    def at(self, done: int, total: int | None = None) -> None:
+        if total is not None:
+            self.bar.total = total
+        self.bar.update(done - self.bar.n)
+
+    def step(self, _item: object = None) -> None:
+        self.bar.update()
+
+
+@contextmanager
+def progress(what: str, *, unit: str, show: bool = True) -> Iterator[Progress]:
+    """A progress bar on stderr while the block runs, when stderr is a terminal (and
+    `show`: false where the bar would mix with output on the same terminal).
+
+    Piped, the bar is disabled and prints nothing, so a log holds only the
+    command's result. On a terminal the bar is cleared when the block ends,
+    leaving the summary line the command prints either way.
+    """
+    from tqdm import tqdm
+
+    bar = tqdm(
+        desc=what,
+        unit=unit,
+        file=sys.stderr,
+        disable=not (show and sys.stderr.isatty()),
+        leave=False,
+        dynamic_ncols=True,
+    )
+    try:
+        yield Progress(bar)
+    finally:
+        bar.close()
 
 
 def open_store(args: argparse.Namespace, *, check: bool = True) -> Store:

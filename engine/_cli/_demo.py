@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 from sqlalchemy import make_url
 
-from chatledger.engine._cli._common import DEFAULT_TENANT, message_line, where
+from chatledger.engine._cli._common import DEFAULT_TENANT, counted, message_line, where
 from chatledger.engine.agent import Agent
 from chatledger.engine.providers import ModelRequest
 from chatledger.engine.providers.scripted import ScriptedModel
@@ -161,7 +161,7 @@ def demo(
         say("   then it was killed (SIGKILL) in the middle of its tool batch")
         for call, name in uncertain_tool_calls(ledger, run_id):
             say(f"   the log shows {name} call {call} started, never finished")
-        say(f"   the head did not move: {len(ledger.history(conv))} messages, as before")
+        say(f"   the head did not move: {counted(len(ledger.history(conv)), 'message')}, as before")
 
         say("\n3. The resume worker finishes it, exactly once")
         worker = ResumeWorker(agent, store, owner="demo-worker", lease_seconds=LEASE_SECONDS)
@@ -173,7 +173,7 @@ def demo(
             for m in result.new_messages:
                 say(f"   {message_line(m, align=9)}")
         again = asyncio.run(worker.run_once())
-        say(f"   a second pass finds {len(again)} runs to resume")
+        say(f"   a second pass finds {counted(len(again), 'run')} to resume")
 
         say("\n4. A fork: the same conversation, another question")
         point = ledger.run(first.run_id).position  # where the first run completed
@@ -182,7 +182,7 @@ def demo(
         say(f"   fork {fork.id[:13]}… of {conv[:13]}… at position {point}")
         say(f"   {message_line(forked.new_messages[-1], align=9)}")
         say(
-            f"   the source still has {len(ledger.history(conv))} messages, the fork {len(ledger.history(fork.id))}"
+            f"   the source still has {counted(len(ledger.history(conv)), 'message')}, the fork {len(ledger.history(fork.id))}"
         )
 
         say("\n5. Audit")
@@ -194,7 +194,7 @@ def demo(
         kinds: dict[str, int] = {}
         for event in events:
             kinds[event.origin] = kinds.get(event.origin, 0) + 1
-        say(f"   {len(events)} events in the log by origin: {kinds}")
+        say(f"   {counted(len(events), 'event')} in the log by origin: {kinds}")
         chain = ledger.verify(conv)
         verdict = "intact" if chain.ok else f"BROKEN: {chain.problem}"
         say(f"   hash chain of {conv[:13]}…: {chain.checked} events, {verdict}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from chatledger.engine._cli._common import UsageError, open_store, print_json
+from chatledger.engine._cli._common import UsageError, counted, open_store, print_json
 
 
 def erase(args: argparse.Namespace) -> int:
@@ -25,12 +25,13 @@ def erase(args: argparse.Namespace) -> int:
     elif erasure.already:
         print(
             f"Subject '{erasure.subject}' was erased before: its "
-            f"{len(erasure.conversation_ids)} conversations read as erased. Nothing to do."
+            f"{counted(len(erasure.conversation_ids), 'conversation')} read as erased. "
+            f"Nothing to do."
         )
     else:
         print(
             f"Erased subject '{erasure.subject}': data key {erasure.key_id} destroyed, "
-            f"{len(erasure.conversation_ids)} conversations now read as erased."
+            f"{counted(len(erasure.conversation_ids), 'conversation')} now read as erased."
         )
         for conversation_id in erasure.conversation_ids:
             print(f"  {conversation_id}")
@@ -49,8 +50,11 @@ def rotate_kek(args: argparse.Namespace) -> int:
     new = LocalKek.from_text(text, what="CHATLEDGER_NEW_KEK")
     with open_store(args) as store:
         count = store.rotate_kek(new)
+    if args.json:
+        print_json({"rewrapped": count, "kekId": new.id})
+        return 0
     print(
-        f"Re-wrapped {count} data keys under key-encryption key '{new.id}'. Run every store "
-        f"with the new key from now on (CHATLEDGER_KEK)."
+        f"Re-wrapped {counted(count, 'data key')} under key-encryption key '{new.id}'. Run "
+        f"every store with the new key from now on (CHATLEDGER_KEK)."
     )
     return 0

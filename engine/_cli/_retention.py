@@ -6,32 +6,46 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from chatledger.engine._cli._common import EXIT_ERROR, open_store, print_json, print_table
+from chatledger.engine._cli._common import (
+    EXIT_ERROR,
+    counted,
+    open_store,
+    print_json,
+    print_table,
+    progress,
+)
 
 
 def set_policy(args: argparse.Namespace) -> int:
     with open_store(args) as store:
         policy = store.tenant(args.tenant).set_retention(args.idle_days, args.action)
+    if args.json:
+        print_json(_policy(policy))
+        return 0
     print(
-        f"Tenant '{policy.tenant}': conversations idle for {policy.idle_days} days are "
+        f"Tenant '{policy.tenant}': conversations idle for {counted(policy.idle_days, 'day')} are "
         + ("erased." if policy.action == "erase" else "exported, then erased.")
     )
     return 0
+
+
+def _policy(policy: Any) -> dict[str, Any] | None:
+    if policy is None:
+        return None
+    return {"tenant": policy.tenant, "idleDays": policy.idle_days, "action": policy.action}
 
 
 def show(args: argparse.Namespace) -> int:
     with open_store(args) as store:
         policy = store.tenant(args.tenant).retention()
     if args.json:
-        print_json(
-            None
-            if policy is None
-            else {"tenant": policy.tenant, "idleDays": policy.idle_days, "action": policy.action}
-        )
+        print_json(_policy(policy))
     elif policy is None:
         print(f"Tenant '{args.tenant}' has no retention policy: nothing is erased for idleness.")
     else:
-        print(f"Tenant '{policy.tenant}': {policy.action} after {policy.idle_days} idle days.")
+        print(
+            f"Tenant '{policy.tenant}': {policy.action} after {counted(policy.idle_days, 'idle day')}."
+        )
     return 0
 
 
@@ -47,9 +61,12 @@ def clear(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    with open_store(args) as store:
+    with open_store(args) as store, progress("applying retention", unit=" subjects") as shown:
         report = store.run_retention(
-            tenant=args.tenant, export_dir=args.export_dir, dry_run=args.dry_run
+            tenant=args.tenant,
+            export_dir=args.export_dir,
+            dry_run=args.dry_run,
+            progress=shown.step,
         )
     if args.json:
         print_json(
@@ -89,17 +106,27 @@ def run(args: argparse.Namespace) -> int:
             ["tenant", "subject", "conversations", "exported", "done"],
             empty="Nothing is due.",
         )
+        if report.subjects:
+            done = (
+                len(report.subjects) if report.dry_run else sum(s.erased for s in report.subjects)
+            )
+            failed = f"; {counted(len(report.failed), 'subject')} failed" if report.failed else ""
+            print(
+                f"{verb.capitalize()} {counted(done, 'subject')} of "
+                f"{counted(len(report.plans), 'tenant')}{failed}."
+            )
         for plan in report.plans:
             if plan.active:
                 print(
-                    f"Tenant '{plan.tenant}': {len(plan.active)} subjects kept: an idle "
-                    f"conversation of each has an active one beside it."
+                    f"Tenant '{plan.tenant}': {counted(len(plan.active), 'subject')} kept: an "
+                    f"idle conversation of each has an active one beside it."
                 )
             if plan.clear:
+                stored = "is" if len(plan.clear) == 1 else "are"
                 print(
-                    f"Tenant '{plan.tenant}': {len(plan.clear)} idle conversations are stored in "
-                    f"the clear and cannot be erased (open the store with a key-encryption key "
-                    f"for new ones)."
+                    f"Tenant '{plan.tenant}': {counted(len(plan.clear), 'idle conversation')} "
+                    f"{stored} stored in the clear and cannot be erased (set CHATLEDGER_KEK "
+                    f"so that new ones are sealed)."
                 )
     return EXIT_ERROR if report.failed else 0
 

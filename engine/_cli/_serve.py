@@ -10,7 +10,14 @@ import argparse
 import json
 from pathlib import Path
 
-from chatledger.engine._cli._common import UsageError, load_agent, open_store, where
+from chatledger.engine._cli._common import (
+    UsageError,
+    counted,
+    load_agent,
+    open_store,
+    print_json,
+    where,
+)
 
 __all__ = ["api_key", "serve"]
 
@@ -34,7 +41,7 @@ def serve(args: argparse.Namespace) -> int:
         )
     store = open_store(args)  # refuses a database that is not migrated, before listening
     url = store.engine.url.render_as_string(hide_password=False)
-    print(f"chatledger: serving {args.agent} on {where(store)} for {len(keys)} API key(s)")
+    print(f"chatledger: serving {args.agent} on {where(store)} for {counted(len(keys), 'API key')}")
     store.close()
     app = create_app(agent, url, keys=keys, replicas=args.replica)
     uvicorn.run(app, host=args.host, port=args.port, log_level="info")
@@ -61,7 +68,11 @@ def api_key(args: argparse.Namespace) -> int:
             raise UsageError(f"{path} is not a key file: it must hold a JSON object.")
         entries[digest] = args.tenant
         path.write_text(json.dumps(entries, indent=2) + "\n")
-        print(f"key:   {key}\nadded: {digest} -> {args.tenant} in {path}")
+    if args.json:
+        print_json({"tenant": args.tenant, "key": key, "digest": digest, "keys": args.keys})
+        return 0
+    if args.keys:
+        print(f"key:   {key}\nadded: {digest} -> {args.tenant} in {args.keys}")
     else:
         print(f"key:   {key}\nentry: {json.dumps({digest: args.tenant})}")
     print("The key is shown once; keep it. The key file holds only its digest.")

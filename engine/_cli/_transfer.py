@@ -7,11 +7,12 @@ chatledger import FILE [--json]
 
 `export` writes to stdout unless `--output` names a file; a file is written
 beside its final name, synced, and renamed into place once the export is
-complete, so a failed export leaves no half file behind. Writing to a file with stderr on
-a terminal, it shows the running count of events there, updated in place. A
-one-line summary always ends on stderr (stdout holds only the export).
-`import` takes the tenant from the file's header and prints what it wrote
-and what was already there; a file it refuses writes nothing.
+complete, so a failed export leaves no half file behind. With stderr on a
+terminal (and the export not on it too), a bar counts the events there. A
+one-line summary always ends on stderr (stdout holds only the export), or with
+`--output` and `--json`, the report on stdout. `import` takes the tenant from
+the file's header and prints how many conversations it wrote and how many were
+already there (`--json` lists them); a file it refuses writes nothing.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import json
 import os
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
@@ -30,31 +30,42 @@ from typing import TextIO
 from chatledger.engine._cli._common import (
     DEFAULT_TENANT,
     UsageError,
+    counted,
     open_store,
     print_json,
+    progress,
     to_json,
 )
 from chatledger.store import ExportReport, ImportReport
 
 
 def export(args: argparse.Namespace) -> int:
-    with open_store(args) as store:
+    to_stdout = args.output in (None, "-")
+    if to_stdout and args.json:
+        raise UsageError(
+            "export --json prints its report on stdout, which holds the export itself: "
+            "pass --output FILE with --json."
+        )
+    with (
+        open_store(args) as store,
+        progress(
+            "exporting", unit=" events", show=not (to_stdout and sys.stdout.isatty())
+        ) as shown,
+    ):
         ledger = store.tenant(args.tenant)
-        if args.output in (None, "-"):
-            report = ledger.export(sys.stdout, conversation_id=args.conversation)
+        if to_stdout:
+            report = ledger.export(sys.stdout, conversation_id=args.conversation, progress=shown.at)
             sys.stdout.flush()
             where = "stdout"
         else:
             path = Path(args.output)
-            shown = _Progress("exported") if sys.stderr.isatty() else None
-            try:
-                with _writing(path) as out:
-                    report = ledger.export(out, conversation_id=args.conversation, progress=shown)
-            finally:
-                if shown is not None:
-                    shown.clear()
+            with _writing(path) as out:
+                report = ledger.export(out, conversation_id=args.conversation, progress=shown.at)
             where = str(path)
-    print(_summary(report, args.tenant, where), file=sys.stderr)
+    if args.json:
+        print_json({"tenant": args.tenant, "file": where, **to_json(report, ExportReport)})
+    else:
+        print(_summary(report, args.tenant, where), file=sys.stderr)
     return 0
 
 
@@ -70,24 +81,17 @@ def import_(args: argparse.Namespace) -> int:
         except UnicodeDecodeError:
             tenant = DEFAULT_TENANT  # the import says so, at line 1
         source.seek(0)
-        shown = _Progress("read") if sys.stderr.isatty() else None
-        with open_store(args) as store:
-            try:
-                report = store.tenant(tenant).import_file(source, progress=shown)
-            finally:
-                if shown is not None:
-                    shown.clear()
+        with open_store(args) as store, progress("importing", unit=" events") as shown:
+            report = store.tenant(tenant).import_file(source, progress=shown.at)
     if args.json:
         print_json({"tenant": tenant, **to_json(report, ImportReport)})
         return 0
+    already = len(report.already_present)
     print(
-        f"Imported {len(report.conversations):,} conversations ({report.events:,} events) "
-        f"into tenant '{tenant}'; {len(report.already_present):,} were already there."
+        f"Imported {counted(len(report.conversations), 'conversation')} "
+        f"({counted(report.events, 'event')}) into tenant '{tenant}'; "
+        f"{already:,} {'was' if already == 1 else 'were'} already there."
     )
-    for conversation_id in report.conversations:
-        print(f"  imported         {conversation_id}")
-    for conversation_id in report.already_present:
-        print(f"  already present  {conversation_id}")
     return 0
 
 
@@ -122,27 +126,7 @@ def _tenant_of(header: str) -> str:
 
 def _summary(report: ExportReport, tenant: str, where: str) -> str:
     return (
-        f"Exported {report.conversations:,} conversations, {report.events:,} events "
-        f"({report.lines:,} lines, sha256 {report.sha256}) of tenant '{tenant}' to {where}."
+        f"Exported {counted(report.conversations, 'conversation')}, "
+        f"{counted(report.events, 'event')} ({counted(report.lines, 'line')}, sha256 "
+        f"{report.sha256}) of tenant '{tenant}' to {where}."
     )
-
-
-class _Progress:
-    """The running count of events on stderr, one line rewritten in place, at most 10 times a second."""
-
-    def __init__(self, verb: str) -> None:
-        self.verb = verb
-        self.shown = 0.0
-        self.width = 0
-
-    def __call__(self, count: int) -> None:
-        now = time.monotonic()
-        if now - self.shown >= 0.1:
-            self.shown = now
-            line = f"{self.verb} {count:,} events"
-            self.width = len(line)
-            print(f"\r{line}", end="", file=sys.stderr, flush=True)
-
-    def clear(self) -> None:
-        if self.width:
-            print("\r" + " " * self.width + "\r", end="", file=sys.stderr, flush=True)

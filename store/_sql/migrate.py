@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from alembic import command
@@ -28,9 +29,21 @@ def alembic_config(connection: Connection | None = None, url: str | None = None)
     return config
 
 
-def upgrade(connection: Connection, revision: str = "head") -> None:
-    """Upgrade the schema on `connection`, inside the caller's transaction."""
-    command.upgrade(alembic_config(connection), revision)
+def upgrade(
+    connection: Connection,
+    revision: str = "head",
+    progress: Callable[[int, int], None] | None = None,
+) -> None:
+    """Upgrade the schema on `connection`, inside the caller's transaction;
+    `progress(done, total)` after each revision applied."""
+    config = alembic_config(connection)
+    if progress is not None:
+        script = ScriptDirectory.from_config(config)
+        current = current_revision(connection)
+        total = len(list(script.iterate_revisions(revision, current)))
+        done = iter(range(1, total + 1))
+        config.attributes["on_version_apply"] = lambda **_: progress(next(done), total)
+    command.upgrade(config, revision)
 
 
 def downgrade(connection: Connection, revision: str) -> None:

@@ -230,15 +230,21 @@ def rebuild_views(
     conn: Connection,
     conversation_ids: Sequence[str] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    tenant: str | None = None,
 ) -> int:
-    """Drop and recompute head views from the events; return how many were rebuilt.
+    """Drop and recompute head views from the events (of `tenant`'s conversations
+    only, when given); return how many were rebuilt.
 
     `progress(done, total)` is called after each view.
     """
     query = sa.select(
         conversations.c.id, conversations.c.head_branch_id, conversations.c.head_position
     )
-    if conversation_ids is not None:
+    if tenant is not None:
+        ids = sa.select(conversations.c.id).where(conversations.c.tenant == tenant)
+        query = query.where(conversations.c.tenant == tenant)
+        conn.execute(view_entries.delete().where(view_entries.c.conversation_id.in_(ids)))
+    elif conversation_ids is not None:
         query = query.where(conversations.c.id.in_(conversation_ids))
         conn.execute(
             view_entries.delete().where(view_entries.c.conversation_id.in_(conversation_ids))

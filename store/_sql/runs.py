@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from datetime import datetime
 from typing import Any, get_args
 
 import sqlalchemy as sa
@@ -648,8 +649,10 @@ def claim_stale_runs(
     limit: int,
     lease_seconds: float,
     max_attempts: int,
+    run_id: str | None = None,
 ) -> list[tuple[Run, RunCursor]]:
-    """Claim running runs whose lease expired; each claim is a new attempt.
+    """Claim running runs whose lease expired (only `run_id`, when given); each claim
+    is a new attempt.
 
     Postgres skips rows another claimer has locked (`FOR UPDATE SKIP
     LOCKED`); on SQLite the writer lock already makes this one claimer at a
@@ -661,11 +664,15 @@ def claim_stale_runs(
     check_limit(limit)
     check_seconds(lease_seconds, "lease_seconds")
     check_int(max_attempts, "max_attempts", minimum=1, maximum=MAX_INT32)
+    if run_id is not None:
+        check_id(run_id, "run")
     query = sa.select(runs).where(
         runs.c.status == "running", runs.c.lease_expires_at <= db_now(conn)
     )
     if tenant is not None:
         query = query.where(runs.c.tenant == tenant)
+    if run_id is not None:
+        query = query.where(runs.c.id == run_id)
     query = query.order_by(runs.c.lease_expires_at).limit(limit)
     if not is_sqlite(conn):
         query = query.with_for_update(skip_locked=True)
@@ -694,6 +701,17 @@ def claim_stale_runs(
             )
         )
     return claimed
+
+
+def live_leases(conn: Connection) -> tuple[int, datetime | None]:
+    """How many runs of every tenant are running under a live lease, and when the
+    earliest of those leases runs out (the database's clock)."""
+    count, earliest = conn.execute(
+        sa.select(sa.func.count(), sa.func.min(runs.c.lease_expires_at)).where(
+            runs.c.status == "running", runs.c.lease_expires_at > db_now(conn)
+        )
+    ).one()
+    return int(count), None if earliest is None else _log.utc(earliest)
 
 
 def _give_up(conn: Connection, run: Run, max_attempts: int) -> None:

@@ -111,7 +111,7 @@ def _translated(action: str, error: Exception, orig: BaseException | None) -> Ch
         )
     if _connection_lost(error, orig):
         return StorageError(
-            f"The connection to the database broke while {action}: {orig}. It was "
+            f"The connection to the database broke while {action}: {_sentences(orig)} It was "
             f"closed, and the next operation opens a new one. A write may have "
             f"committed just before the break: read it back before repeating it "
             f"(an append with an idempotency key can simply be repeated)."
@@ -121,7 +121,7 @@ def _translated(action: str, error: Exception, orig: BaseException | None) -> Ch
         # reports a refused, unreachable or rejected connection (a wrong
         # password or database name included) without a SQLSTATE.
         return StorageError(
-            f"Cannot reach the database (while {action}): {orig}. Check that the "
+            f"Cannot reach the database (while {action}): {_sentences(orig)} Check that the "
             f"server is running and that the URL, user and password are right."
         )
     if isinstance(orig, pg_errors.RestrictViolation) or (
@@ -147,9 +147,17 @@ def _translated(action: str, error: Exception, orig: BaseException | None) -> Ch
             f"timeout while {action}. Retry, or raise the busy timeout of Store.open()."
         )
     return StorageError(
-        f"The database failed while {action}: {orig}. Nothing was written by "
+        f"The database failed while {action}: {_sentences(orig)} Nothing was written by "
         f"this operation; check the database and retry."
     )
+
+
+def _sentences(orig: BaseException | None) -> str:
+    """The driver's message as sentences: each of its lines ends with a full stop unless
+    it ends with other punctuation (libpq's "Connection refused" / "Is the server
+    running...?" come on two lines, the second already punctuated)."""
+    lines = [" ".join(line.split()) for line in str(orig).splitlines()]
+    return " ".join(line if line[-1] in ".?!" else f"{line}." for line in lines if line)
 
 
 def _sqlite_code(orig: BaseException | None) -> int | None:
