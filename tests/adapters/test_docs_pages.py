@@ -45,8 +45,10 @@ def test_the_page_commands_print_what_it_says(
         out, err = capsys.readouterr()
         assert err == "", err
         printed.append(out)
-    history = [line.strip() for line in printed[0].splitlines()]
-    assert history[:3] == [
+    # Each line: the message's position, then the message.
+    history = [line.split(maxsplit=1) for line in printed[0].splitlines()]
+    assert all(position.isdigit() for position, _ in history[:3])
+    assert [message for _, message in history[:3]] == [
         "user: Weather in Oslo?",
         'assistant: calls weather({"city":"Oslo"})',
         "tool: sunny in Oslo",
