@@ -662,4 +662,4 @@ def test_audit_commands_refuse_another_tenants_ids(seeded: tuple[str, str, Any])
         failed = chatledger_audit(url, *args, "--tenant", "someone-else")
         lines = failed.stderr.strip().splitlines()
         assert failed.returncode == 1 and len(lines) == 1, (args, failed.stderr)
-        assert "does not exist for tenant 'someone-else'" in lines[0], args
+        assert "in tenant 'someone-else'. Check the id" in lines[0], args

@@ -308,7 +308,7 @@ def test_rotating_the_key_encryption_key_rewraps_every_data_key(
     out = io.StringIO()
     with redirect_stdout(out):
         assert main(["rotate-kek", "--database-url", own_database]) == 0
-    assert "Re-wrapped 1 data keys" in out.getvalue()
+    assert "Re-wrapped 1 data key under" in out.getvalue()
     with Store.open(own_database, kek=new) as store:
         ledger = store.tenant("acme")
         assert ledger.history(kept)[0].content == "question 0 kept"

@@ -37,7 +37,7 @@ def test_the_langgraph_page_commands_print_what_it_says(
         out, err = capsys.readouterr()
         assert err == "", err
         printed.append(out)
-    assert [line.strip() for line in printed[0].splitlines()][:2] == [
+    assert [line.split(maxsplit=1)[1] for line in printed[0].splitlines()][:2] == [
         "user: Weather in Oslo?",
         "user: No: weather in Tromsø?",
     ]

@@ -411,7 +411,8 @@ async def test_the_command_line_reads_a_session_the_runner_wrote(
         assert (status, err) == (0, ""), err
         return out
 
-    lines = [line.strip() for line in run("history", conv.id).splitlines()]
+    # Each line: the message's position, then the message.
+    lines = [line.split(maxsplit=1)[1] for line in run("history", conv.id).splitlines()]
     assert lines == [
         "user: Weather in Paris?",
         'assistant: calls weather({"city":"Paris"})',
