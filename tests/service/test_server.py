@@ -215,44 +215,21 @@ def test_chatledger_serve_and_api_key(database_url: str, tmp_path: Path) -> None
     key = re.search(r"^key:\s+(\S+)$", made.stdout, re.MULTILINE)
     assert key is not None, made.stdout
     assert key.group(1) not in keys.read_text()  # only the digest is kept
-    with _chatledger(
-        "serve",
-        "--agent",
-        "tests.service.cli_agent:agent",
-        "--database-url",
-        database_url,
-        "--keys",
-        str(keys),
-        "--port",
-        "0",
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-    ) as server:
-        try:
-            assert server.stderr is not None
-            url = None
-            for line in server.stderr:
-                found = re.search(r"Uvicorn running on (http://\S+)", line)
-                if found:
-                    url = found.group(1)
-                    break
-            assert url is not None, "the server did not start"
-            with httpx.Client(base_url=url, timeout=60) as client:
-                refused = client.post("/v1/ask", json={"question": "Weather?"})
-                assert refused.status_code == 401
-                answer = client.post(
-                    "/v1/ask",
-                    json={"question": "Weather?"},
-                    headers={"Authorization": f"Bearer {key.group(1)}"},
-                )
-                assert answer.status_code == 200, answer.text
-            with Store.open(database_url) as store:
-                run = store.tenant(tenant).run(answer.json()["runId"])
-                assert run.status == "completed"
-        finally:
-            server.send_signal(signal.SIGINT)
-            server.communicate(timeout=60)  # drain stderr so the server can exit
-        assert server.returncode == 0
+    with (
+        _chatledger_serve(database_url, "tests.service.cli_agent:agent", keys) as url,
+        httpx.Client(base_url=url, timeout=60) as client,
+    ):
+        refused = client.post("/v1/ask", json={"question": "Weather?"})
+        assert refused.status_code == 401
+        answer = client.post(
+            "/v1/ask",
+            json={"question": "Weather?"},
+            headers={"Authorization": f"Bearer {key.group(1)}"},
+        )
+        assert answer.status_code == 200, answer.text
+    with Store.open(database_url) as store:
+        run = store.tenant(tenant).run(answer.json()["runId"])
+        assert run.status == "completed"
 
 
 _SERVE = [sys.executable, "-m", "chatledger", "serve", "--agent", "tests.service.cli_agent:agent"]
