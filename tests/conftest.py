@@ -224,9 +224,10 @@ def partitioned() -> Iterator[str]:
     drop_postgres_database(url)
 
 
-def kill_when_paused(module: str, *args: str) -> None:
-    """Run `python -m module args...`, wait for its line `deleting` (it then blocks,
-    inside a transaction), and SIGKILL it there; its stderr on any surprise."""
+def kill_when_paused(module: str, *args: str, at: str = "deleting") -> None:
+    """Run `python -m module args...`, wait for its line `at` (it then blocks: by
+    default `deleting`, inside a transaction), and SIGKILL it there; its stderr on
+    any surprise."""
     child = subprocess.Popen(
         [sys.executable, "-m", module, *args],
         cwd=Path(__file__).resolve().parent.parent,
@@ -238,7 +239,7 @@ def kill_when_paused(module: str, *args: str) -> None:
     try:
         assert child.stdout is not None
         line = child.stdout.readline()
-        assert line == "deleting\n", child.stderr.read() if child.stderr else line
+        assert line == f"{at}\n", child.stderr.read() if child.stderr else line
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=60)
     finally:

@@ -9,7 +9,6 @@ The processes are `tests/adapters/_langgraph_child.py`.
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
 import uuid
@@ -22,6 +21,7 @@ from langgraph.types import Command
 from chatledger.adapters.langgraph import Saver
 from chatledger.store import Store
 from tests.adapters._langgraph_child import graph
+from tests.conftest import kill_when_paused
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 CHILD = "tests.adapters._langgraph_child"
@@ -43,25 +43,7 @@ def step(*args: str) -> str:
 
 def killed_in_the_tool(*args: str) -> None:
     """Run one step of the child and SIGKILL it once its tool runs."""
-    child = subprocess.Popen(
-        [sys.executable, "-m", CHILD, *args],
-        cwd=ROOT,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert child.stdout is not None
-        line = child.stdout.readline()
-        assert line == "tool running\n", child.stderr.read() if child.stderr else line
-        child.send_signal(signal.SIGKILL)
-        child.wait(timeout=60)
-    finally:
-        if child.poll() is None:
-            child.kill()
-        child.communicate()
-    assert child.returncode == -signal.SIGKILL
+    kill_when_paused(CHILD, *args, at="tool running")
 
 
 def test_a_thread_survives_an_interrupt_a_kill_and_a_fork(database_url: str) -> None:
