@@ -15,6 +15,34 @@ from tests.test_docs import run_page_python
 DOCS = Path(__file__).parent.parent.parent / "docs"
 
 
+def run_page_commands(
+    page: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> list[str]:
+    """Run the page's Python, then each `chatledger` line of its sh blocks on what
+    it wrote (`<id>`: the id its last example prints); what each command printed."""
+    text = (DOCS / page).read_text()
+    conversation_id = run_page_python(page, tmp_path).strip()
+    monkeypatch.chdir(tmp_path)  # the commands, like the examples, use ./chatledger.db
+    monkeypatch.delenv("CHATLEDGER_DATABASE_URL", raising=False)
+    commands = [
+        shlex.split(line)
+        for block in re.findall(r"```sh\n(.*?)```", text, flags=re.DOTALL)
+        for line in block.splitlines()
+        if line.startswith("chatledger ")
+    ]
+    printed = []
+    for command in commands:
+        args = [conversation_id if a == "<id>" else a for a in command]
+        assert chatledger(args[1:]) == 0, command
+        out, err = capsys.readouterr()
+        assert err == "", err
+        printed.append(out)
+    return printed
+
+
 @pytest.mark.parametrize(
     ("page", "commands_at_least"), [("pydantic-ai.md", 4), ("openai-agents.md", 3)]
 )
@@ -25,26 +53,8 @@ def test_the_page_commands_print_what_it_says(
     page: str,
     commands_at_least: int,
 ) -> None:
-    text = (DOCS / page).read_text()
-    # The last example prints the conversation id the command line takes.
-    conversation_id = run_page_python(page, tmp_path).strip()
-    monkeypatch.chdir(tmp_path)  # the commands, like the examples, use ./chatledger.db
-    monkeypatch.delenv("CHATLEDGER_DATABASE_URL", raising=False)
-
-    commands = [
-        shlex.split(line)
-        for block in re.findall(r"```sh\n(.*?)```", text, flags=re.DOTALL)
-        for line in block.splitlines()
-        if line.startswith("chatledger ")
-    ]
-    assert len(commands) >= commands_at_least
-    printed = []
-    for command in commands:
-        args = [conversation_id if a == "<id>" else a for a in command]
-        assert chatledger(args[1:]) == 0, command
-        out, err = capsys.readouterr()
-        assert err == "", err
-        printed.append(out)
+    printed = run_page_commands(page, tmp_path, monkeypatch, capsys)
+    assert len(printed) >= commands_at_least
     # Each line: the message's position, then the message.
     history = [line.split(maxsplit=1) for line in printed[0].splitlines()]
     assert all(position.isdigit() for position, _ in history[:3])
