@@ -38,6 +38,7 @@ from pydantic_ai.conversation_store import (
     ConversationRecord,
     ConversationStore,
 )
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 from pydantic_ai.run import AgentRunResult
 
 from chatledger.adapters._handles import require_async_ledger
@@ -133,6 +134,34 @@ class LedgerConversationStore(ConversationStore):
             _SAVING.reset(token)
 
     # -- records -----------------------------------------------------------------------
+
+    async def _unsaved_after_history(
+        self,
+        record: ConversationRecord | None,
+        conversation_id: str,
+        messages: list[ModelMessage],
+        branches: list[str],
+        *,
+        window: int | None,
+    ) -> tuple[str | None, list[ModelMessage], list[str]]:
+        """pydantic-ai's comparison of a save without a boundary with the stored history,
+        made on the messages as this store keeps them: as JSON gives them back.
+
+        The stored history is read back from JSON, so a message an app kept (a
+        tool's result that was a tuple, `bytes`, a dataclass) is not `==` to
+        its stored copy, though storing it again would store the same thing.
+        Compared in the stored form, messages the store already has are
+        recognised whichever way the caller holds them (a serialized copy or
+        the objects it kept), and only what differs once stored is a rewrite.
+        The messages stored are the caller's own.
+        """
+        as_kept = ModelMessagesTypeAdapter.validate_json(
+            ModelMessagesTypeAdapter.dump_json(messages)
+        )
+        parent_id, unsaved, left = await super()._unsaved_after_history(
+            record, conversation_id, as_kept, branches, window=window
+        )
+        return parent_id, messages[len(messages) - len(unsaved) :], left
 
     async def read_record(self, conversation_id: str) -> ConversationRecord | None:
         seen = self._seen.get(conversation_id)
