@@ -334,6 +334,26 @@ def test_a_reader_that_is_gone_ends_every_command_quietly(
     assert result.returncode == 141  # as a SIGPIPE death, what a shell shows
 
 
+def test_a_broken_pipe_that_is_not_stdout_is_an_error(tmp_path: Path) -> None:
+    """Only stdout's reader going away ends a command quietly: a broken pipe of
+    something else (here the agent's module, as a provider's socket might) is an
+    error, said in one line, while stdout's reader is still there."""
+    (tmp_path / "pipe_agent.py").write_text(
+        "def __getattr__(name):\n    raise BrokenPipeError(32, 'Broken pipe')\n"
+    )
+    url = f"sqlite:///{tmp_path / 'chat.db'}"
+    assert chatledger("migrate", url=url).returncode == 0
+    result = subprocess.run(
+        [*EXE, "resume", "--once", "--agent", "pipe_agent:agent", "--database-url", url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(tmp_path)},
+    )
+    assert result.returncode == 1, (result.returncode, result.stderr)
+    assert result.stderr == "chatledger: error: [Errno 32] Broken pipe\n"
+
+
 def test_verify_reports_intact_chains_and_the_head_digest(seeded: tuple[str, str]) -> None:
     url, conv = seeded
     result = chatledger("verify", "--tenant", "cli", "--conversation", conv, url=url)

@@ -18,6 +18,7 @@ import argparse
 import importlib
 import os
 import re
+import select
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -55,6 +56,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_PIPE
 
 
+def _stdout_gone() -> bool:
+    """Whether stdout's reader went away: the write end of a pipe whose read end
+    is closed polls as an error, and a broken pipe elsewhere leaves stdout as it was."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+    except (OSError, ValueError):  # no file descriptor to ask: count it as gone
+        return True
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+
+
 def _run(argv: Sequence[str] | None) -> int:
     parser = _parser()
     _complete(parser)
@@ -64,8 +76,12 @@ def _run(argv: Sequence[str] | None) -> int:
         return 0
     try:
         return int(_handler(args.handler)(args))
-    except BrokenPipeError:
-        raise  # the reader went away: `main` ends quietly
+    except BrokenPipeError as error:
+        if _stdout_gone():
+            raise  # the reader went away: `main` ends quietly
+        # Another pipe or socket (a provider's connection, say): an error like any other.
+        print(f"chatledger: error: {error}", file=sys.stderr)
+        return EXIT_ERROR
     except ChatledgerError as error:
         # One line, whatever the driver's message looked like.
         print(f"chatledger: error: {cli_message(error)}", file=sys.stderr)
