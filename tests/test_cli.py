@@ -127,7 +127,7 @@ def test_the_demo_ends_with_commands_that_show_what_it_wrote(
 def test_version_loads_no_database_or_http_code() -> None:
     code = (
         "import sys\n"
-        "from chatledger.engine.cli import main\n"
+        "from chatledger.engine._cli import main\n"
         "try:\n"
         "    main(['--version'])\n"
         "except SystemExit:\n"

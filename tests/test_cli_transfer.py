@@ -1,4 +1,4 @@
-"""`chatledger export` and `chatledger import`, run through `engine.cli.main` on every backend."""
+"""`chatledger export` and `chatledger import`, run through `engine._cli.main` on every backend."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from chatledger.engine.cli import main
+from chatledger.engine._cli import main
 from chatledger.store import Store
 from tests.test_transfer import (  # noqa: F401 (fixtures)
     build,

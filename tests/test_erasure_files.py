@@ -25,7 +25,7 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from chatledger.engine.cli import main
+from chatledger.engine._cli import main
 from chatledger.store import EncryptionError, ErasedError, Message, Store
 from chatledger.store._crypto import ERASED_CONTENT
 from chatledger.store._sql import migrate as _migrate

@@ -67,7 +67,7 @@ def test_the_wheel_installs_one_top_level_name(wheel: zipfile.ZipFile) -> None:
     tops = {name.split("/")[0] for name in wheel.namelist()}
     assert {t for t in tops if not t.endswith(".dist-info")} == {"chatledger"}
     entry = next(n for n in wheel.namelist() if n.endswith("entry_points.txt"))
-    assert "chatledger = chatledger.engine.cli:main" in wheel.read(entry).decode()
+    assert "chatledger = chatledger.engine._cli:main" in wheel.read(entry).decode()
 
 
 def test_the_wheel_holds_every_module_of_the_source_tree(wheel: zipfile.ZipFile) -> None:

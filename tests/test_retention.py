@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from chatledger.engine.cli import main
+from chatledger.engine._cli import main
 from chatledger.store import ErasedError, InvalidInputError, Ledger, Message, Store
 from chatledger.store._crypto import ERASED_CONTENT
 from chatledger.store._retention import export_path

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from chatledger.engine.cli import main as chatledger
+from chatledger.engine._cli import main as chatledger
 from tests.test_docs import run_page_python
 
 DOCS = Path(__file__).parent.parent.parent / "docs"

@@ -40,7 +40,7 @@ from openai.types.responses import ResponseReasoningItem
 from openai.types.responses.response_reasoning_item import Summary
 
 from chatledger.adapters.openai_agents import ChatledgerSession
-from chatledger.engine.cli import main as chatledger
+from chatledger.engine._cli import main as chatledger
 from chatledger.store import AsyncLedger, AsyncStore, ConflictError, Page
 
 T = TypeVar("T")

@@ -35,7 +35,7 @@ from pydantic_ai.run import AgentRunResult
 from pydantic_ai.ui.vercel_ai import VercelAIAdapter
 
 from chatledger.adapters.pydantic_ai import LedgerConversationStore
-from chatledger.engine.cli import main as chatledger
+from chatledger.engine._cli import main as chatledger
 from chatledger.store import AsyncLedger, AsyncStore, Page
 
 T = TypeVar("T")
