@@ -192,7 +192,6 @@ def test_text_with_a_nul_character_is_invalid_input_on_postgres(
 @pytest.fixture
 def sqlite_store(sqlite_url: str) -> Iterator[Store]:
     with Store.open(sqlite_url, busy_timeout=0.05) as store:
-        store.migrate()
         yield store
 
 
