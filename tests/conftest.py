@@ -59,9 +59,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     marked = _parametrized_by_marks(metafunc)
     if "backend" not in metafunc.fixturenames or "backend" in marked:
         return
-    # The store's conformance suite is the tests at the top of tests/; the
-    # engine's and the providers' tests (tests/agent, tests/providers) use a
-    # store but test the run loop, so they run with the store as shipped.
+    # The store's conformance suite is tests/store/ (and the tests at the top
+    # of tests/ that take a store); the engine's and the providers' tests
+    # (tests/agent, tests/providers) use a store but test the run loop, so
+    # they run with the store as shipped.
     engine_test = metafunc.definition.path.parent.name in ("agent", "providers")
     general_runs = (
         metafunc.definition.get_closest_marker("fast_paths_only") is None and not engine_test

@@ -12,7 +12,7 @@ import pytest
 from chatledger.engine.cli import main
 from chatledger.store import Store
 from tests.conftest import fresh_database
-from tests.test_transfer import build, row_counts
+from tests.store.test_transfer import build, row_counts
 
 
 @pytest.fixture

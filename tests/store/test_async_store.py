@@ -22,7 +22,7 @@ from chatledger.store import (
 )
 from chatledger.store.schema import view_entries
 from tests.conftest import _libpq
-from tests.test_store_faults import waiting_for_lock
+from tests.store.test_store_faults import waiting_for_lock
 
 
 async def test_async_store_round_trip(database_url: str) -> None:

@@ -29,7 +29,7 @@ from chatledger.store._ops import Operations
 from chatledger.store.ids import new_id
 from chatledger.store.schema import branches, conversations, events, view_entries
 from tests.helpers import turn
-from tests.test_fast_paths import anonymized, counts, shape
+from tests.store.test_fast_paths import anonymized, counts, shape
 
 
 def test_a_first_append_creates_the_conversation_and_appends_in_one_go(ledger: Ledger) -> None:

@@ -543,7 +543,7 @@ def test_a_nan_token_is_refused_at_its_line(
 ) -> None:
     """An append never writes one (nor `null` in its place): only an edited file holds it,
     and a reader would take it for a number or fail on it."""
-    from tests.test_erasure import _forged_export
+    from tests.store.test_erasure import _forged_export
 
     ledger = source.tenant(tenant())
     conv = ledger.create_conversation({"ok": 1})
