@@ -13,7 +13,7 @@ On Postgres, migration 0004 also puts it first in the primary keys of
 events `(conversation_id, seq)`, branches and runs `(conversation_id, id)`;
 SQLite keeps the single-column keys declared here (`seq` is its rowid;
 docs/adr/0017-sqlite-keeps-its-layout.md). Alembic's comparison ignores
-primary keys, so tests/test_partition_ready.py reads them from the catalog.
+primary keys, so tests/store/test_partition_ready.py reads them from the catalog.
 Two lookup tables are global by design, each keyed by what a caller looks up
 before it knows the conversation: `chatledger_event_ids` (a caller-minted
 event id) and `chatledger_conversation_keys` (a conversation key; migration

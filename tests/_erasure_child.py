@@ -1,4 +1,4 @@
-"""The process a kill -9 test stops in the middle of an erasure (tests/test_erasure_files.py).
+"""The process a kill -9 test stops in the middle of an erasure (tests/store/test_erasure_files.py).
 
 Run as `python -m tests._erasure_child URL TENANT SUBJECT KEK_HEX`. It erases
 SUBJECT, and just before the statement that destroys the key, with every

@@ -1,4 +1,4 @@
-"""The process a kill -9 test stops in the middle of a retention pass (tests/test_retention.py).
+"""The process a kill -9 test stops in the middle of a retention pass (tests/store/test_retention.py).
 
 Run as `python -m tests._retention_child URL TENANT EXPORT_DIR NOW KEK_HEX`. It runs
 the tenant's retention pass as of NOW (ISO 8601) and, when the pass reaches

@@ -1,4 +1,4 @@
-"""The processes of the tail stress test (tests/test_tail_stress.py).
+"""The processes of the tail stress test (tests/store/test_tail_stress.py).
 
 Run as `python -m tests._tail_procs ROLE ARGS_JSON`, ROLE one of:
 

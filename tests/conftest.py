@@ -59,9 +59,10 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     marked = _parametrized_by_marks(metafunc)
     if "backend" not in metafunc.fixturenames or "backend" in marked:
         return
-    # The store's conformance suite is the tests at the top of tests/; the
-    # engine's and the providers' tests (tests/agent, tests/providers) use a
-    # store but test the run loop, so they run with the store as shipped.
+    # The store's conformance suite is tests/store/ (and the tests at the top
+    # of tests/ that take a store); the engine's and the providers' tests
+    # (tests/agent, tests/providers) use a store but test the run loop, so
+    # they run with the store as shipped.
     engine_test = metafunc.definition.path.parent.name in ("agent", "providers")
     general_runs = (
         metafunc.definition.get_closest_marker("fast_paths_only") is None and not engine_test
@@ -132,11 +133,6 @@ def postgres_url() -> Iterator[str]:
 
 
 @pytest.fixture
-def sqlite_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'chatledger.db'}"
-
-
-@pytest.fixture
 def backend(request: pytest.FixtureRequest) -> str:
     """The database of this run: `sqlite` or `postgres` (see `pytest_generate_tests`)."""
     return str(request.param)
@@ -162,10 +158,46 @@ def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def postgres_template() -> Iterator[str]:
+    """The name of a Postgres database the migrations made once per session.
+
+    Partitioned as the session's database is (`partitions_under_test`). Nothing
+    connects to it after the migration, so `CREATE DATABASE ... TEMPLATE` can
+    copy it: a copy takes a fraction of the time a fresh upgrade does.
+    """
+    url = create_postgres_database("chatledger_template")
+    with Store.open(url) as store:
+        store.migrate(partitions=partitions_under_test())
+    yield str(sa.make_url(url).database)
+    drop_postgres_database(url)
+
+
 def migrated_sqlite(template: Path, path: Path) -> str:
     """A copy of the migrated `template` at `path`, as a URL."""
     shutil.copyfile(template, path)
     return f"sqlite:///{path}"
+
+
+@pytest.fixture
+def sqlite_url(sqlite_template: Path, tmp_path: Path) -> str:
+    """A migrated SQLite file of this test's own, whatever the backend of the run."""
+    return migrated_sqlite(sqlite_template, tmp_path / "chatledger.db")
+
+
+def fresh_database(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A migrated, empty database of its own on `backend`, copied from the session's
+    template and dropped after the test; each call makes another."""
+    if backend == "sqlite":
+        template = request.getfixturevalue("sqlite_template")
+        return migrated_sqlite(template, tmp_path / f"own-{uuid.uuid4().hex[:8]}.db")
+    template = request.getfixturevalue("postgres_template")
+    name = f"chatledger_own_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(_libpq(postgres_admin_url()), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+    url = sa.make_url(postgres_admin_url()).set(database=name).render_as_string(False)
+    request.addfinalizer(lambda: drop_postgres_database(url))
+    return url
 
 
 @pytest.fixture
@@ -189,17 +221,10 @@ def empty_url(backend: str, tmp_path: Path) -> Iterator[str]:
 
 
 @pytest.fixture
-def own_database(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
+def own_database(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
     """A migrated database of this test's own on the current backend: its files
     hold nothing of other tests, and a whole-database pass sees only its rows."""
-    if backend == "sqlite":
-        yield migrated_sqlite(request.getfixturevalue("sqlite_template"), tmp_path / "own.db")
-        return
-    url = create_postgres_database("chatledger_own")
-    with Store.open(url) as store:
-        store.migrate()
-    yield url
-    drop_postgres_database(url)
+    return fresh_database(backend, request, tmp_path)
 
 
 @pytest.fixture

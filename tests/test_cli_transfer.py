@@ -11,13 +11,8 @@ import pytest
 
 from chatledger.engine._cli import main
 from chatledger.store import Store
-from tests.test_transfer import (  # noqa: F401 (fixtures)
-    build,
-    fresh_database,
-    postgres_template,
-    row_counts,
-    sqlite_template,
-)
+from tests.conftest import fresh_database
+from tests.store.test_transfer import build, row_counts
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ line before a block, say what the test does with it:
 
 Every other block, whatever its language, must carry one of them, or be a
 SQL query marked `<!-- query: NAME -->` (tests/test_docs_sql.py and
-tests/test_audit.py run those against the store) or one of docs/tables.md.
+tests/store/test_audit.py run those against the store) or one of docs/tables.md.
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ from chatledger.store import (
     ToolCall,
 )
 from chatledger.store.messages import load_message
+from tests.helpers import assistant, user
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "tables.md"
 
@@ -69,14 +70,6 @@ QUERIES = doc_queries()
 
 
 # -- the scenario -------------------------------------------------------------------
-
-
-def user(text: str) -> Message:
-    return Message(role="user", content=text)
-
-
-def assistant(text: str = "", calls: Sequence[ToolCall] = ()) -> Message:
-    return Message(role="assistant", content=text, tool_calls=list(calls))
 
 
 def said(message: Message) -> NewEvent:

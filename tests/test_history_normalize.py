@@ -5,15 +5,12 @@ from __future__ import annotations
 import pytest
 
 from chatledger.store import HistoryRepair, Message, ToolCall, _repair, normalize_history
+from tests.helpers import user
 
 NO_RESULT = (
     "No result was recorded for this tool call; it may not have run. "
     "Call the tool again if you still need its result."
 )
-
-
-def user(text: str = "question") -> Message:
-    return Message(role="user", content=text)
 
 
 def calls(*ids: str | None, arguments: str = "{}") -> Message:

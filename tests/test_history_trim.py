@@ -20,10 +20,7 @@ from chatledger.store import (
     trim_history,
 )
 from chatledger.store.history import approximate_tokens, tiktoken_counter
-
-
-def user(text: str = "question") -> Message:
-    return Message(role="user", content=text)
+from tests.helpers import user
 
 
 def answer(text: str = "answer") -> Message:

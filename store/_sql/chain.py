@@ -16,8 +16,8 @@ alike; the payload comes last, so it needs no length.
 
 Postgres computes the same bytes in SQL in its full fast-path append
 (`content_sql`); its appends at a known head and its new conversations hash
-in the client (ADR 0029). `tests/test_verify.py` and the fast/general
-differential of `tests/test_fast_paths.py` prove they agree.
+in the client (ADR 0029). `tests/store/test_verify.py` and the fast/general
+differential of `tests/store/test_fast_paths.py` prove they agree.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`AsyncStore`'s own psycopg async connections, which run the Postgres fast paths on
 the event loop (store/_sql/native.py, ADR 0026).
 
-The same rules as the synchronous `DriverConnections` (tests/test_driver_connections.py),
+The same rules as the synchronous `DriverConnections` (tests/store/test_driver_connections.py),
 plus what only an event loop has: an operation cancelled mid-statement.
 """
 
@@ -23,7 +23,7 @@ from chatledger.store import AsyncStore, EncryptionError, Message
 from chatledger.store._sql.dialect import normalize_url
 from chatledger.store._sql.native import AsyncDriverConnections, await_only
 from tests.conftest import _libpq, postgres_admin_url
-from tests.test_driver_connections import end_session
+from tests.store.test_driver_connections import end_session
 
 
 @pytest.fixture

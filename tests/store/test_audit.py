@@ -457,7 +457,7 @@ def test_events_committed_behind_an_open_transaction_are_held_back(
 
 # -- the plain SQL of docs/audit.md ---------------------------------------------------
 
-DOC = Path(__file__).resolve().parents[1] / "docs" / "audit.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "audit.md"
 DOC_QUERY = re.compile(
     r"<!--\s*query:\s*(?P<name>\w+);\s*index:\s*(?P<index>\w+)"
     r"\s*(?:;\s*backend:\s*(?P<backend>sqlite|postgres)\s*)?-->\s*```sql\n(?P<sql>.*?)```",

@@ -4,7 +4,7 @@ What it promises: every event of the tenant (or one conversation) committed
 after the cursor, once, in commit order; on Postgres a commit that becomes
 visible late is never passed; a follower wakes on a commit (NOTIFY on
 Postgres, the file's data version on SQLite) and finds writes that sent no
-wake-up on its idle re-read. tests/test_tail_stress.py runs writers and a
+wake-up on its idle re-read. tests/store/test_tail_stress.py runs writers and a
 killed consumer against it.
 
 On Postgres a page holds back every event behind the oldest transaction open
@@ -36,7 +36,7 @@ from chatledger.store import (
     _tail,
 )
 from chatledger.store._sql.pages import position
-from tests.test_audit import append_in, postgres_only
+from tests.store.test_audit import append_in, postgres_only
 
 DEADLINE = 30.0  # far beyond any wake-up; a follower idles for longer (IDLE)
 IDLE = 3600.0  # a follower set so reads again only when woken

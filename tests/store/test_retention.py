@@ -24,7 +24,7 @@ from chatledger.store._retention import export_path
 from tests.conftest import kill_when_paused
 
 KEK = bytes(range(96, 128))
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

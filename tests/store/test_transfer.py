@@ -13,14 +13,12 @@ import asyncio
 import io
 import json
 import os
-import shutil
 import uuid
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 import sqlalchemy as sa
 
@@ -38,47 +36,7 @@ from chatledger.store import (
     ToolCall,
 )
 from chatledger.store.schema import metadata as tables
-from tests.conftest import (
-    _libpq,
-    create_postgres_database,
-    drop_postgres_database,
-    partitions_under_test,
-    postgres_admin_url,
-)
-
-# -- targets: a fresh migrated database per test, copied from a template ------------------
-
-
-@pytest.fixture(scope="session")
-def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("template") / "template.db"
-    with Store.open(f"sqlite:///{path}") as store:
-        store.migrate()
-    return path
-
-
-@pytest.fixture(scope="session")
-def postgres_template() -> Iterator[str]:
-    url = create_postgres_database("chatledger_template")
-    with Store.open(url) as store:
-        store.migrate(partitions=partitions_under_test())
-    yield str(sa.make_url(url).database)
-    drop_postgres_database(url)
-
-
-def fresh_database(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A migrated, empty database on `backend`, dropped after the test."""
-    if backend == "sqlite":
-        path = tmp_path / f"target-{uuid.uuid4().hex[:8]}.db"
-        shutil.copy(request.getfixturevalue("sqlite_template"), path)
-        return f"sqlite:///{path}"
-    template = request.getfixturevalue("postgres_template")
-    name = f"chatledger_target_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(_libpq(postgres_admin_url()), autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
-    url = sa.make_url(postgres_admin_url()).set(database=name).render_as_string(False)
-    request.addfinalizer(lambda: drop_postgres_database(url))
-    return url
+from tests.conftest import fresh_database
 
 
 @pytest.fixture
@@ -296,9 +254,7 @@ def test_a_copy_on_the_other_backend_verifies_and_matches(
 ) -> None:
     first, second = direction.split("-to-")
     if first == "sqlite":
-        source_url = str(request.getfixturevalue("sqlite_url"))
-        with Store.open(source_url) as store:
-            store.migrate()
+        source_url = fresh_database("sqlite", request, tmp_path)
     else:
         source_url = str(request.getfixturevalue("postgres_url"))
     with (
@@ -587,7 +543,7 @@ def test_a_nan_token_is_refused_at_its_line(
 ) -> None:
     """An append never writes one (nor `null` in its place): only an edited file holds it,
     and a reader would take it for a number or fail on it."""
-    from tests.test_erasure import _forged_export
+    from tests.store.test_erasure import _forged_export
 
     ledger = source.tenant(tenant())
     conv = ledger.create_conversation({"ok": 1})

@@ -24,7 +24,7 @@ from chatledger.store._sql import migrate as _migrate
 from chatledger.store.messages import dump_message
 from tests.conftest import _libpq, create_postgres_database, drop_postgres_database
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 TABLES = [
     "chatledger_conversations",
     "chatledger_branches",

@@ -22,7 +22,7 @@ from chatledger.store import (
 )
 from chatledger.store.schema import view_entries
 from tests.conftest import _libpq
-from tests.test_store_faults import waiting_for_lock
+from tests.store.test_store_faults import waiting_for_lock
 
 
 async def test_async_store_round_trip(database_url: str) -> None:
@@ -123,14 +123,6 @@ async def test_a_cancelled_append_on_the_loop_is_cancelled_in_the_server(
 # on the session's shared database they would meet other tests' rows.
 
 
-@pytest.fixture
-def own_url(empty_url: str) -> str:
-    """A migrated database that no other test writes to."""
-    with Store.open(empty_url) as store:
-        store.migrate()
-    return empty_url
-
-
 async def table_names(store: AsyncStore) -> set[str]:
     async with store.engine.connect() as conn:
         return set(await conn.run_sync(lambda c: sa.inspect(c).get_table_names()))
@@ -166,8 +158,8 @@ async def test_async_migrate_on_a_connection_is_undone_with_the_callers_transact
             await store.check_schema()
 
 
-async def test_async_claim_stale_runs_claims_them_in_every_tenant(own_url: str) -> None:
-    async with AsyncStore.open(own_url) as store:
+async def test_async_claim_stale_runs_claims_them_in_every_tenant(own_database: str) -> None:
+    async with AsyncStore.open(own_database) as store:
         stale = {}
         for tenant in ("north", "south"):
             ledger = store.tenant(tenant)
@@ -185,8 +177,8 @@ async def test_async_claim_stale_runs_claims_them_in_every_tenant(own_url: str) 
         assert await store.claim_stale_runs(owner="another") == []
 
 
-async def test_async_verify_checks_every_tenant_as_the_sync_store_does(own_url: str) -> None:
-    async with AsyncStore.open(own_url) as store:
+async def test_async_verify_checks_every_tenant_as_the_sync_store_does(own_database: str) -> None:
+    async with AsyncStore.open(own_database) as store:
         ids = []
         for tenant in ("north", "south"):
             ledger = store.tenant(tenant)
@@ -200,12 +192,12 @@ async def test_async_verify_checks_every_tenant_as_the_sync_store_does(own_url: 
     assert sorted(r.conversation_id for r in results) == sorted(ids)
     assert all(r.ok for r in results)
     assert seen == results
-    with Store.open(own_url) as sync_store:
+    with Store.open(own_database) as sync_store:
         assert sync_store.verify(recompute="client") == results
 
 
-async def test_async_rebuild_recomputes_every_view_and_reports_progress(own_url: str) -> None:
-    async with AsyncStore.open(own_url) as store:
+async def test_async_rebuild_recomputes_every_view_and_reports_progress(own_database: str) -> None:
+    async with AsyncStore.open(own_database) as store:
         ledger = store.tenant("t")
         conv = await ledger.create_conversation()
         await ledger.append_messages(conv.id, [Message(role="user", content="kept")])

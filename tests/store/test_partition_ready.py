@@ -22,7 +22,7 @@ from chatledger.store._sql import projector
 from chatledger.store.messages import dump_message
 from chatledger.store.schema import events
 from tests.conftest import create_postgres_database, drop_postgres_database
-from tests.test_upgrade import load_postgres_fixture
+from tests.store.test_upgrade import load_postgres_fixture
 
 # Each per-conversation table and its distribution column.
 PER_CONVERSATION = {
@@ -124,7 +124,7 @@ def test_primary_keys_lead_with_the_conversation_id(postgres_url: str) -> None:
 
 @pytest.fixture
 def at_0003() -> Iterator[str]:
-    """The fixture log of tests/test_upgrade.py, upgraded to revision 0003."""
+    """The fixture log of tests/store/test_upgrade.py, upgraded to revision 0003."""
     url = create_postgres_database("chatledger_at_0003")
     load_postgres_fixture(url)
     engine = sa.create_engine(url)
@@ -230,7 +230,7 @@ PARTITIONED = ("chatledger_events", "chatledger_view_entries")
 
 @pytest.fixture
 def written() -> Iterator[str]:
-    """A database with the fixture log of tests/test_upgrade.py, at the head revision."""
+    """A database with the fixture log of tests/store/test_upgrade.py, at the head revision."""
     url = create_postgres_database("chatledger_partitioned")
     load_postgres_fixture(url)
     with Store.open(url) as store:

@@ -24,10 +24,7 @@ from chatledger.store import (
     new_id,
     normalize_history,
 )
-
-
-def user(text: str) -> Message:
-    return Message(role="user", content=text)
+from tests.helpers import user
 
 
 def calls(*ids: str, arguments: str = "{}") -> Message:

@@ -28,13 +28,8 @@ from chatledger.store import (
 from chatledger.store._ops import Operations
 from chatledger.store.ids import new_id
 from chatledger.store.schema import branches, conversations, events, view_entries
-from tests.test_fast_paths import anonymized, counts, shape
-
-
-def turn(*texts: str) -> list[Message]:
-    return [
-        Message(role="user" if i % 2 == 0 else "assistant", content=t) for i, t in enumerate(texts)
-    ]
+from tests.helpers import turn
+from tests.store.test_fast_paths import anonymized, counts, shape
 
 
 def test_a_first_append_creates_the_conversation_and_appends_in_one_go(ledger: Ledger) -> None:

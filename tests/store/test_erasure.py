@@ -33,9 +33,9 @@ from chatledger.store import (
     new_id,
 )
 from chatledger.store._crypto import ERASED_CONTENT, SEALED_PREFIX
-from tests.test_audit import drain
-from tests.test_tail import settled
-from tests.test_verify import triggers_off
+from tests.store.test_audit import drain
+from tests.store.test_tail import settled
+from tests.store.test_verify import triggers_off
 
 KEK = bytes(range(32))
 

@@ -35,10 +35,10 @@ from tests.conftest import (
     drop_postgres_database,
     kill_when_paused,
 )
-from tests.test_upgrade import written_at_0002  # noqa: F401 (a fixture)
+from tests.store.test_upgrade import written_at_0002  # noqa: F401 (a fixture)
 
 KEK = bytes(range(32, 64))
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _write(ledger_store: Store, tenant: str, marker: str, subject: str) -> str:

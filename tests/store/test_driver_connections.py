@@ -1,7 +1,7 @@
 """The store's own driver connections, which run the plain-SQL operations.
 
 How the whole store behaves when Postgres ends its connections is in
-tests/test_store_faults.py.
+tests/store/test_store_faults.py.
 """
 
 from __future__ import annotations

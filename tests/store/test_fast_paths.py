@@ -145,7 +145,7 @@ async def test_the_async_chat_loop_runs_on_driver_connections_of_the_stores_own(
     assert fast_steps == general_steps
     # The fast store's chat loop ran on connections of its own (the synchronous
     # driver's on SQLite; psycopg's async ones on Postgres, see
-    # tests/test_native_connections.py): no append or head read took one from
+    # tests/store/test_native_connections.py): no append or head read took one from
     # a pool. Its other operations ran on the synchronous driver.
     assert any(isinstance(c, SYNC_DRIVERS) for c in fast_taken)
     assert fast_loop == []

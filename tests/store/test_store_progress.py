@@ -10,7 +10,7 @@ from chatledger.store import Ledger, Message, Store, Verification
 
 
 def test_migrate_reports_each_revision_it_applies(empty_url: str) -> None:
-    versions = Path(__file__).parents[1] / "migrations" / "versions"
+    versions = Path(__file__).parents[2] / "migrations" / "versions"
     count = len(list(versions.glob("0*.py")))
     calls: list[tuple[int, int]] = []
     with Store.open(empty_url) as store:

@@ -22,10 +22,7 @@ from chatledger.store import (
     new_id,
 )
 from chatledger.store.schema import events, view_entries
-
-
-def user(text: str) -> Message:
-    return Message(role="user", content=text)
+from tests.helpers import user
 
 
 def said(text: str) -> NewEvent:

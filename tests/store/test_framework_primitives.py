@@ -20,23 +20,13 @@ from chatledger.store import (
     ConflictError,
     InvalidInputError,
     Ledger,
-    Message,
     NotFoundError,
     Position,
     Store,
 )
 from chatledger.store.ids import new_id
 from chatledger.store.schema import branches, conversations, event_ids, events, runs, view_entries
-
-
-def user(text: str) -> Message:
-    return Message(role="user", content=text)
-
-
-def turn(*texts: str) -> list[Message]:
-    return [
-        Message(role="user" if i % 2 == 0 else "assistant", content=t) for i, t in enumerate(texts)
-    ]
+from tests.helpers import turn, user
 
 
 def counts(store: Store) -> tuple[int, ...]:

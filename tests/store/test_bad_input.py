@@ -37,10 +37,7 @@ from chatledger.store import (
 from chatledger.store.ids import new_id
 from chatledger.store.messages import load_message
 from chatledger.store.schema import branches, conversations, events, runs, view_entries
-
-
-def user(text: str) -> Message:
-    return Message(role="user", content=text)
+from tests.helpers import user
 
 
 def counts(store: Store) -> tuple[int, ...]:

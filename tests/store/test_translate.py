@@ -3,8 +3,8 @@
 Each condition is provoked on the real database, on both of the store's
 paths where it applies: the driver connections (an `Op`'s plain-SQL form,
 whose errors arrive unwrapped) and SQLAlchemy's pool (`Op.fn`, wrapped).
-A broken connection is in tests/test_store_faults.py; tables that are
-missing, through the public calls, in tests/test_schema.py.
+A broken connection is in tests/store/test_store_faults.py; tables that are
+missing, through the public calls, in tests/store/test_schema.py.
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ def test_a_sqlite_file_that_cannot_be_opened_is_a_storage_error(tmp_path: Path) 
 
 def test_a_connection_psycopg_finds_closed_on_the_driver_path_broke(postgres_url: str) -> None:
     # psycopg's own error, with no SQLSTATE; the server ending a session
-    # (57P01) is in tests/test_store_faults.py.
+    # (57P01) is in tests/store/test_store_faults.py.
     def close_then_use(cursor: Any) -> int:
         cursor.connection.close()
         cursor.execute("SELECT 1")
@@ -192,7 +192,6 @@ def test_text_with_a_nul_character_is_invalid_input_on_postgres(
 @pytest.fixture
 def sqlite_store(sqlite_url: str) -> Iterator[Store]:
     with Store.open(sqlite_url, busy_timeout=0.05) as store:
-        store.migrate()
         yield store
 
 

@@ -50,7 +50,7 @@ from tests._tail_procs import create_sink
 
 T = TypeVar("T")
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SEED = 20_240_611
 WRITERS = 8
 CONVERSATIONS = 4

@@ -15,14 +15,7 @@ from chatledger.store import (
     ToolCall,
 )
 from chatledger.store._ops import Operations
-
-
-def user(text: str) -> Message:
-    return Message(role="user", content=text)
-
-
-def assistant(text: str) -> Message:
-    return Message(role="assistant", content=text)
+from tests.helpers import assistant, user
 
 
 def test_new_conversation_has_empty_history_and_its_metadata(ledger: Ledger) -> None:

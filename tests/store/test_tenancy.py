@@ -21,7 +21,6 @@ from hypothesis import strategies as st
 from chatledger.store import (
     ConflictError,
     Ledger,
-    Message,
     NewEvent,
     NotFoundError,
     Position,
@@ -30,10 +29,7 @@ from chatledger.store import (
 )
 from chatledger.store.ids import new_id
 from chatledger.store.schema import branches, conversations, event_ids, events, runs, view_entries
-
-
-def user(text: str) -> Message:
-    return Message(role="user", content=text)
+from tests.helpers import user
 
 
 @dataclass(frozen=True)
