@@ -554,7 +554,7 @@ def append_sqlite(
 # hash is computed here from the genesis hash, and one reading of the clock
 # stamps every row. A taken id (this tenant's conversation exists, or another
 # tenant's) writes nothing and returns None: the caller then appends in place,
-# or the general path decides. tests/test_fast_paths.py compares the rows.
+# or the general path decides. tests/store/test_fast_paths.py compares the rows.
 
 _CREATE_APPEND_POSTGRES = """
 WITH conv AS (
@@ -799,7 +799,7 @@ def create_conversation_postgres(
     """`create_conversation` of a root conversation: the rows of the create-append
     form with no messages (one statement), or None having written nothing (the id
     is taken). The inputs are checked already; `meta_text` and `payload` come
-    from `encode_root`. tests/test_fast_paths.py compares the rows with the
+    from `encode_root`. tests/store/test_fast_paths.py compares the rows with the
     general path's."""
     cid = conversation_id or new_id()
     fresh = _fresh(cid, payload, [], None, None)
