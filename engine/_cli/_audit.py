@@ -31,7 +31,6 @@ from chatledger.engine._cli._common import (
     parse_time,
     print_json,
     print_table,
-    to_json,
 )
 from chatledger.store import (
     Audit,
@@ -43,6 +42,7 @@ from chatledger.store import (
     TimelineEntry,
     ToolExecution,
 )
+from chatledger.store._json import to_json
 from chatledger.store.messages import load_message
 
 T = TypeVar("T")

@@ -23,10 +23,10 @@ from chatledger.engine._cli._common import (
     print_json,
     print_table,
     progress,
-    to_json,
     where,
 )
 from chatledger.store import Conversation, Ledger, Message, Run, Store, Verification
+from chatledger.store._json import to_json
 
 if TYPE_CHECKING:
     from chatledger.engine.resume import ResumeWorker

@@ -10,7 +10,6 @@ command runs.
 from __future__ import annotations
 
 import argparse
-import functools
 import importlib
 import json
 import os
@@ -23,8 +22,6 @@ from typing import TYPE_CHECKING, Any
 from chatledger.store._errors import ChatledgerError, NotFoundError
 
 if TYPE_CHECKING:
-    from pydantic import TypeAdapter
-
     from chatledger.engine.agent import Agent
     from chatledger.store import Message, Store
 
@@ -44,7 +41,6 @@ __all__ = [
     "print_json",
     "print_table",
     "progress",
-    "to_json",
     "where",
 ]
 
@@ -231,15 +227,6 @@ def print_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], *, em
         print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
 
 
-def to_json(value: Any, of: Any, **options: Any) -> Any:
-    """`value`, a value of type `of` (`Run`, `list[Verification]`, `Page[Event]`...), as JSON data.
-
-    The keys are the camelCase aliases the values' `__pydantic_config__`
-    gives; `options` go to `TypeAdapter.dump_python` (`exclude=...`).
-    """
-    return _adapter(of).dump_python(value, mode="json", by_alias=True, **options)
-
-
 def print_json(data: Any) -> None:
     """One line of JSON on stdout.
 
@@ -247,11 +234,3 @@ def print_json(data: Any) -> None:
     escapes the commands have always printed.
     """
     print(json.dumps(data))
-
-
-@functools.cache
-def _adapter(of: Any) -> TypeAdapter[Any]:
-    # Building an adapter compiles a serializer: once per type and process.
-    from pydantic import TypeAdapter
-
-    return TypeAdapter(of)

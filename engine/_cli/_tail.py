@@ -25,8 +25,9 @@ import sys
 from typing import Any
 
 from chatledger.engine._cli._audit import EVENT_EXCLUDE, event_row
-from chatledger.engine._cli._common import open_store, print_json, to_json
+from chatledger.engine._cli._common import open_store, print_json
 from chatledger.store import Event, Page
+from chatledger.store._json import to_json
 
 # Fixed widths: a followed tail prints rows long before it has seen them all.
 _WIDTHS = {

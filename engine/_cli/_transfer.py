@@ -34,9 +34,9 @@ from chatledger.engine._cli._common import (
     open_store,
     print_json,
     progress,
-    to_json,
 )
 from chatledger.store import ExportReport, ImportReport
+from chatledger.store._json import to_json
 
 
 def export(args: argparse.Namespace) -> int:
