@@ -251,3 +251,22 @@ def test_every_module_is_named_in_the_architecture() -> None:
 @pytest.mark.parametrize("pattern", [r"\.\./", r"(?<![\w.])/(?:work|home|tmp|root)/"])
 def test_the_architecture_points_inside_the_repository(pattern: str) -> None:
     assert not re.search(pattern, ARCHITECTURE.read_text())
+
+
+def test_every_decision_record_is_in_the_index_with_a_status() -> None:
+    """docs/adr/README.md lists every record, by a link that resolves, with a status."""
+    adr = ROOT / "docs" / "adr"
+    rows = re.findall(
+        r"^\| \[(\d{4})\]\(([^)]+)\) \| [^|]+ \| ([^|]+) \|$",
+        (adr / "README.md").read_text(),
+        re.M,
+    )
+    listed = {file for _, file, _ in rows}
+    assert listed == {p.name for p in adr.glob("[0-9][0-9][0-9][0-9]-*.md")}
+    for number, file, status in rows:
+        assert file.startswith(number + "-")
+        assert status.split(";")[0].split(" by ")[0].strip() in {
+            "accepted",
+            "superseded",
+            "proposed",
+        }, (file, status)
