@@ -440,6 +440,7 @@ def test_migrate_takes_partitions_and_refuses_them_on_sqlite(tmp_path: Path) -> 
     url = f"sqlite:///{tmp_path / 'p.db'}"
     line = error_line("migrate", "--partitions", "4", url=url)
     assert "Postgres" in line or "SQLite" in line
+    assert "`chatledger migrate`" in line  # advice a user of the command can follow
     assert not (tmp_path / "p.db").exists() or "chatledger_events" not in ok("history", url=url)
 
 

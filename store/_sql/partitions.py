@@ -79,7 +79,8 @@ def refuse_sqlite(conn: Connection) -> None:
     if is_sqlite(conn):
         raise InvalidInputError(
             "SQLite databases are not partitioned: a SQLite database is one file. "
-            "Call `migrate()` without `partitions`, or use Postgres."
+            "Migrate without partitions (`chatledger migrate`, `Store.migrate()`), "
+            "or use Postgres."
         )
 
 
@@ -104,7 +105,8 @@ def partition(conn: Connection, count: int) -> None:
         elif now != count:
             raise InvalidInputError(
                 f"Table {table} is already hash-partitioned into {now} partitions, not "
-                f"{count}. Call `migrate(partitions={now})` (or `migrate()`); changing "
+                f"{count}. Migrate with {now} (`chatledger migrate --partitions {now}`, "
+                f"`Store.migrate(partitions={now})`) or without a count; changing "
                 f"the count means copying the table into a new one, which chatledger "
                 f"does not do on its own."
             )
