@@ -1,4 +1,4 @@
-"""Store values as JSON data: the one serialization point the CLI and the service share.
+"""Store values as JSON data, for the command line's `--json` output.
 
 `to_json(value, of)` dumps any value the store returns (`Run`,
 `list[Verification]`, `Page[Event]`...) with the camelCase aliases its

@@ -91,13 +91,15 @@ def _libpq(url: str) -> str:
     return sa.make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
-def create_postgres_database(prefix: str = "chatledger_test") -> str:
-    """Create a throwaway database; return its SQLAlchemy URL."""
+def create_postgres_database(prefix: str = "chatledger_test", template: str | None = None) -> str:
+    """Create a throwaway database (a copy of the database `template`, if named);
+    return its SQLAlchemy URL."""
     admin = postgres_admin_url()
     name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    copy = "" if template is None else f' TEMPLATE "{template}"'
     try:
         with psycopg.connect(_libpq(admin), autocommit=True, connect_timeout=5) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
+            conn.execute(f'CREATE DATABASE "{name}"{copy}')
     except psycopg.OperationalError as error:
         message = f"PostgreSQL at {admin} is unreachable: {error}"
         if os.environ.get("CI", "").lower() == "true":
@@ -191,11 +193,7 @@ def fresh_database(backend: str, request: pytest.FixtureRequest, tmp_path: Path)
     if backend == "sqlite":
         template = request.getfixturevalue("sqlite_template")
         return migrated_sqlite(template, tmp_path / f"own-{uuid.uuid4().hex[:8]}.db")
-    template = request.getfixturevalue("postgres_template")
-    name = f"chatledger_own_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(_libpq(postgres_admin_url()), autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
-    url = sa.make_url(postgres_admin_url()).set(database=name).render_as_string(False)
+    url = create_postgres_database("chatledger_own", request.getfixturevalue("postgres_template"))
     request.addfinalizer(lambda: drop_postgres_database(url))
     return url
 
