@@ -59,6 +59,7 @@ from chatledger.service._models import (
     RunsOut,
 )
 from chatledger.service._stream import RunStream, cancel_once, drive
+from chatledger.service._ui import ui_router
 from chatledger.store import (
     AsyncLedger,
     AsyncStore,
@@ -168,6 +169,7 @@ def create_app(
         return service.store.tenant(request.scope[TENANT_SCOPE_KEY])
 
     Ledger_ = Annotated[AsyncLedger, Depends(ledger)]
+    app.include_router(ui_router(lambda request: service.store.tenant(request.scope[TENANT_SCOPE_KEY])))
 
     @app.get("/healthz", response_model=Health, tags=["service"])
     async def healthz() -> Response:

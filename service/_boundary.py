@@ -6,12 +6,16 @@ without a valid key learns nothing else about itself (not even that its
 JSON is malformed). A request with more than one `Authorization` header is
 refused before its keys are looked at (400): no choice between them is made.
 The tenant a key opens is put in the request's scope; no route takes a
-tenant from anywhere else.
+tenant from anywhere else. Under `/ui/`, where a browser follows links and
+cannot send a bearer token, the key may also come as the password of HTTP
+Basic (any user name), and a 401 there asks the browser for it (ADR 0041).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, MutableMapping
+import base64
+import binascii
 from typing import Any
 
 from starlette.exceptions import HTTPException
@@ -80,13 +84,15 @@ class Boundary:
                 f"of them was used: send exactly one, 'Authorization: Bearer <key>'.",
             )(scope, receive, send)
             return
-        tenant = self._tenant(authorizations[0] if authorizations else "")
+        page = path == "/ui" or path.startswith("/ui/")
+        tenant = self._tenant(authorizations[0] if authorizations else "", basic=page)
         if tenant is None:
             await error_response(
                 401,
                 "The request has no valid API key: send 'Authorization: Bearer <key>' with a "
-                "key the service's key file lists.",
-                headers={"WWW-Authenticate": "Bearer"},
+                "key the service's key file lists"
+                + (" (or, in a browser, the key as the password it asks for)." if page else "."),
+                headers={"WWW-Authenticate": 'Basic realm="chatledger"' if page else "Bearer"},
             )(scope, receive, send)
             return
         declared = headers.get("content-length")
@@ -118,11 +124,16 @@ class Boundary:
                 raise
             await self._too_large(scope, receive, send)
 
-    def _tenant(self, authorization: str) -> str | None:
+    def _tenant(self, authorization: str, *, basic: bool) -> str | None:
         scheme, _, key = authorization.partition(" ")
-        if scheme.lower() != "bearer" or not key.strip():
+        if basic and scheme.lower() == "basic":
+            try:
+                key = base64.b64decode(key.strip(), validate=True).decode().partition(":")[2]
+            except (binascii.Error, UnicodeDecodeError):
+                return None
+        elif scheme.lower() != "bearer":
             return None
-        return self.keys.tenant(key.strip())
+        return self.keys.tenant(key.strip()) if key.strip() else None
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
         await error_response(413, _too_large_text(self.max_body_bytes))(scope, receive, send)

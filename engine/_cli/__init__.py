@@ -432,6 +432,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="the address to listen on")
     p.add_argument("--port", type=_count(0, 65535), default=8000, help="the port (0: any free)")
 
+    p = command("ui", "_serve:ui", "look at the ledger in a browser (read-only, /ui/)", common)
+    p.add_argument(
+        "--tenant", default=DEFAULT_TENANT, help=f"the tenant shown (default: {DEFAULT_TENANT})"
+    )
+    p.add_argument(
+        "--keys",
+        help="ask for an API key of this key file, and show its tenant (default: no key, "
+        "--tenant)",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="the address to listen on")
+    p.add_argument("--port", type=_count(0, 65535), default=8001, help="the port (0: any free)")
+
     p = command("api-key", "_serve:api_key", "make an API key for a tenant of `serve`", output)
     p.add_argument("tenant", help="the tenant the key opens")
     p.add_argument("--keys", help="add the key's digest to this key file (created if missing)")

@@ -19,7 +19,7 @@ from chatledger.engine._cli._common import (
     where,
 )
 
-__all__ = ["api_key", "serve"]
+__all__ = ["api_key", "serve", "ui"]
 
 _INSTALL = "The ask service needs its extra: pip install 'chatledger[serve]'."
 
@@ -45,6 +45,40 @@ def serve(args: argparse.Namespace) -> int:
     store.close()
     app = create_app(agent, url, keys=keys, replicas=args.replica)
     uvicorn.run(app, host=args.host, port=args.port, log_level="info")
+    return 0
+
+
+def ui(args: argparse.Namespace) -> int:
+    """Serve the read-only page over the database until interrupted."""
+    try:
+        import uvicorn
+
+        from chatledger.service import ApiKeys
+        from chatledger.service._ui import create_ui_app
+    except ImportError as error:
+        raise UsageError(f"{_INSTALL} ({error})") from error
+    if args.host not in ("127.0.0.1", "localhost", "::1") and not args.keys:
+        raise UsageError(
+            f"--host {args.host} would show tenant {args.tenant!r} to anyone who can reach it: "
+            "pass --keys FILE to ask for an API key, or listen on 127.0.0.1."
+        )
+    keys = ApiKeys.load(args.keys) if args.keys else None
+    store = open_store(args)  # refuses a database that is not migrated, before listening
+    url = store.engine.url.render_as_string(hide_password=False)
+    shown = f"the tenants of {counted(len(keys), 'API key')}" if keys else f"tenant {args.tenant!r}"
+    store.close()
+    app = create_ui_app(url, tenant=None if keys else args.tenant, keys=keys)
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning")
+    server = uvicorn.Server(config)
+    # The URL is printed once the socket listens, with the port it got (--port 0).
+    sockets = [config.bind_socket()]
+    sockets[0].listen(config.backlog)  # a request that comes before the server runs waits
+    host, port = sockets[0].getsockname()[:2]
+    print(f"chatledger: {shown} of {where(store)} at http://{host}:{port}/ui/", flush=True)
+    try:
+        server.run(sockets=sockets)
+    except KeyboardInterrupt:  # uvicorn re-raises the Ctrl-C it shut down on; as `serve`, 0
+        pass
     return 0
 
 
