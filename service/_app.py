@@ -169,7 +169,9 @@ def create_app(
         return service.store.tenant(request.scope[TENANT_SCOPE_KEY])
 
     Ledger_ = Annotated[AsyncLedger, Depends(ledger)]
-    app.include_router(ui_router(lambda request: service.store.tenant(request.scope[TENANT_SCOPE_KEY])))
+    app.include_router(
+        ui_router(lambda request: service.store.tenant(request.scope[TENANT_SCOPE_KEY]))
+    )
 
     @app.get("/healthz", response_model=Health, tags=["service"])
     async def healthz() -> Response:

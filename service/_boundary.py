@@ -13,9 +13,9 @@ Basic (any user name), and a 401 there asks the browser for it (ADR 0041).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, MutableMapping
 import base64
 import binascii
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from starlette.exceptions import HTTPException

@@ -5,7 +5,6 @@ installed package, no JavaScript. Every view reads through the tenant's
 `AsyncLedger`, so another tenant's ids fail exactly as missing ones do (404).
 """
 
-
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -73,24 +72,33 @@ class Row:
 
 
 def _timeline(entries: list[Entry]) -> tuple[list[Row], list[Entry]]:
-    """The page's repaired history as rows, and the entries repair dropped."""
-    messages = [e.message for e in entries]
-    history, repair = normalize_history(messages)
+    """The page's repaired history as rows, and the entries repair dropped.
+
+    Repair puts each call's result in the block of tool messages right after
+    its assistant message, so a row pairs its calls with that block alone (ids
+    may repeat across turns)."""
+    history, repair = normalize_history([e.message for e in entries])
     positions = {id(e.message): e.position.position for e in entries}
-    results = {m.tool_call_id: m for m in history if m.role == "tool" and m.tool_call_id}
     synthesized = set(repair.synthesized)
     rows: list[Row] = []
-    paired: set[int] = set()
-    for message in history:
-        if message.role == "tool" and id(message) in paired:
-            continue
+    i = 0
+    while i < len(history):
+        message = history[i]
         row = Row(message, positions.get(id(message)), synthesized=id(message) not in positions)
-        for call in message.tool_calls:
-            result = results.get(call.id) if call.id else None
-            if result is not None:
-                paired.add(id(result))
-            row.calls.append((call, result, call.id in synthesized))
+        i += 1
         rows.append(row)
+        if message.tool_calls:
+            block: list[Message] = []
+            while i < len(history) and history[i].role == "tool":
+                block.append(history[i])
+                i += 1
+            for call in message.tool_calls:
+                result = next((m for m in block if call.id and m.tool_call_id == call.id), None)
+                if result is not None:
+                    block.remove(result)
+                row.calls.append((call, result, call.id in synthesized))
+            # A result no call of the row claims is shown on its own, not hidden.
+            rows += [Row(m, positions.get(id(m)), id(m) not in positions) for m in block]
     return rows, [entries[i] for i in repair.dropped]
 
 
@@ -105,7 +113,9 @@ def ui_router(ledger_of: Callable[[Request], AsyncLedger]) -> APIRouter:
 
     @router.get("/ui.css")
     async def stylesheet() -> Response:
-        return FileResponse(_HERE / "ui.css", media_type="text/css", headers={"Content-Security-Policy": CSP})
+        return FileResponse(
+            _HERE / "ui.css", media_type="text/css", headers={"Content-Security-Policy": CSP}
+        )
 
     @router.get("/")
     async def conversations(
@@ -148,13 +158,13 @@ def ui_router(ledger_of: Callable[[Request], AsyncLedger]) -> APIRouter:
         lineage = await ledger.audit.lineage(conversation_id)
         tips = {b.id: b.tip for b in lineage.branches}
         if branch is not None and branch not in tips:
-            raise NotFoundError(f"The conversation has no branch {branch!r:.80}.")
+            raise NotFoundError("branch", branch, ledger.tenant)
         point: int | Position | None = at
         if branch is not None:
             point = Position(branch, at if at is not None else tips[branch])
         entries = await ledger.entries(conversation_id, at=point, last=PAGE)
         older: int | None = None
-        if entries and entries[0].position.position > 1:
+        if len(entries) == PAGE:
             # A page never opens on a tool result: it goes to the older page,
             # with its call, so the two are repaired together.
             while len(entries) > 1 and entries[0].message.role == "tool":
@@ -163,7 +173,9 @@ def ui_router(ledger_of: Callable[[Request], AsyncLedger]) -> APIRouter:
         rows, dropped = _timeline(entries)
         events = None
         if raw:
-            events = await ledger.events(conversation_id=conversation_id, after_seq=after, limit=PAGE)
+            events = await ledger.events(
+                conversation_id=conversation_id, after_seq=after, limit=PAGE
+            )
         verification = None
         if found.head.position <= VERIFY_INLINE and not raw:
             verification = await ledger.verify(conversation_id)
@@ -184,7 +196,9 @@ def ui_router(ledger_of: Callable[[Request], AsyncLedger]) -> APIRouter:
     @router.get("/conversations/{conversation_id}/verify")
     async def verify(conversation_id: str, ledger: Ledger_) -> Response:
         found = await ledger.conversation(conversation_id)
-        return _page("verify.html", conversation=found, verification=await ledger.verify(conversation_id))
+        return _page(
+            "verify.html", conversation=found, verification=await ledger.verify(conversation_id)
+        )
 
     @router.get("/conversations/{conversation_id}/branches")
     async def branches(conversation_id: str, ledger: Ledger_) -> Response:
@@ -202,11 +216,13 @@ def ui_router(ledger_of: Callable[[Request], AsyncLedger]) -> APIRouter:
         tips = {x.id: x.tip for x in lineage.branches}
         for name in (a, b):
             if name not in tips:
-                raise NotFoundError(f"The conversation has no branch {name!r:.80}.")
+                raise NotFoundError("branch", name, ledger.tenant)
         left = await ledger.entries(conversation_id, at=Position(a, tips[a]))
         right = await ledger.entries(conversation_id, at=Position(b, tips[b]))
         shared = 0
-        while shared < min(len(left), len(right)) and left[shared].event_id == right[shared].event_id:
+        while (
+            shared < min(len(left), len(right)) and left[shared].event_id == right[shared].event_id
+        ):
             shared += 1
         return _page(
             "compare.html",
@@ -314,11 +330,18 @@ def create_ui_app(store: str, *, tenant: str | None = None, keys: ApiKeys | None
         finally:
             await opened.pop().close()
 
-    app = FastAPI(title="chatledger ui", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(
+        title="chatledger ui",
+        version=__version__,
+        lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
+    )
     install_error_handlers(app)
     if keys is not None:
         app.add_middleware(Boundary, keys=keys, max_body_bytes=0)
-    else:
+    elif tenant is not None:
         app.add_middleware(_OneTenant, tenant=tenant)
     app.include_router(ui_router(lambda request: opened[0].tenant(request.scope[TENANT_SCOPE_KEY])))
     return app

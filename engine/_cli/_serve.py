@@ -7,6 +7,7 @@ The service lives in the `service` package, installed by the extra
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 from pathlib import Path
 
@@ -75,10 +76,8 @@ def ui(args: argparse.Namespace) -> int:
     sockets[0].listen(config.backlog)  # a request that comes before the server runs waits
     host, port = sockets[0].getsockname()[:2]
     print(f"chatledger: {shown} of {where(store)} at http://{host}:{port}/ui/", flush=True)
-    try:
+    with contextlib.suppress(KeyboardInterrupt):  # uvicorn re-raises the Ctrl-C it stopped on
         server.run(sockets=sockets)
-    except KeyboardInterrupt:  # uvicorn re-raises the Ctrl-C it shut down on; as `serve`, 0
-        pass
     return 0
 
 

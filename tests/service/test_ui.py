@@ -51,7 +51,9 @@ def chatledger_ui(url: str, *options: str) -> Iterator[str]:
             assert process.stdout is not None
             line = process.stdout.readline()
             found = re.search(r"http://\S+/ui/", line)
-            assert found, f"chatledger ui printed {line!r}; stderr: {process.stderr.read() if process.stderr else ''}"
+            assert found, (
+                f"chatledger ui printed {line!r}; stderr: {process.stderr.read() if process.stderr else ''}"
+            )
             yield found.group(0)
         finally:
             process.send_signal(signal.SIGINT)
@@ -107,7 +109,9 @@ def browser(tmp_path: Path) -> Iterator[Browser]:
 
 def test_clicking_through_the_demo(browser: Browser, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'demo.db'}"
-    demo = subprocess.run([*EXE, "demo", "--database-url", url], capture_output=True, text=True, timeout=300)
+    demo = subprocess.run(
+        [*EXE, "demo", "--database-url", url], capture_output=True, text=True, timeout=300
+    )
     assert demo.returncode == 0, demo.stderr
     with Store.open(url) as store:
         ledger = store.tenant("default")
@@ -135,7 +139,9 @@ def test_clicking_through_the_demo(browser: Browser, tmp_path: Path) -> None:
         assert all("weather" in t or "Sunny" in t or "°" in t for t in calls.all_inner_texts())
         assert page.locator(".position").count() >= 4
         assert page.locator(".badge.verified").count() == 1
-        assert page.locator("#runs tr.run").count() == len([r for r in runs if r.conversation_id == source.id])
+        assert page.locator("#runs tr.run").count() == len(
+            [r for r in runs if r.conversation_id == source.id]
+        )
         browser.shot("conversation")
 
         page.click("text=Raw events")
@@ -179,7 +185,9 @@ def test_clicking_through_the_demo(browser: Browser, tmp_path: Path) -> None:
 
 
 def _hostile_conversation(ledger: Any) -> str:
-    call = ToolCall(id="c1", name=HOSTILE[1], arguments='{"q": "' + HOSTILE[0].replace('"', "'") + '"}')
+    call = ToolCall(
+        id="c1", name=HOSTILE[1], arguments='{"q": "' + HOSTILE[0].replace('"', "'") + '"}'
+    )
     conversation = ledger.create_conversation({"title": HOSTILE[0]}, key=HOSTILE[1])
     ledger.append_messages(
         conversation.id,
@@ -198,13 +206,19 @@ def test_hostile_content_renders_as_text(browser: Browser, database_url: str) ->
         conversation = _hostile_conversation(store.tenant("t"))
     with Server(create_ui_app(database_url, tenant="t")) as server:
         page = browser.page
-        for path in ("/ui/", f"/ui/conversations/{conversation}", f"/ui/conversations/{conversation}?raw=true"):
+        for path in (
+            "/ui/",
+            f"/ui/conversations/{conversation}",
+            f"/ui/conversations/{conversation}?raw=true",
+        ):
             page.goto(server.url + path)
             text = page.locator("main").inner_text()
             assert HOSTILE[0] in text
             assert page.evaluate("window.__pwned") is None
             assert page.locator("main script, main img, main svg").count() == 0
-            hrefs = page.eval_on_selector_all("a", "links => links.map(a => a.getAttribute('href'))")
+            hrefs = page.eval_on_selector_all(
+                "a", "links => links.map(a => a.getAttribute('href'))"
+            )
             assert not any(h.lower().startswith("javascript") for h in hrefs)
         timeline = page.goto(server.url + f"/ui/conversations/{conversation}")
         assert timeline is not None
@@ -236,7 +250,10 @@ async def test_another_tenants_ids_are_missing_ones(
     run = ledger.start_run(theirs.conversation_id, owner="test")
     made_up = "01a23898-0000-7000-8000-000000000000"
     client = client_for(weather_agent())
-    own = [(await client.get(path)).status_code for path in _routes(theirs.conversation_id, theirs.head.branch_id, run.run_id)]
+    own = [
+        (await client.get(path)).status_code
+        for path in _routes(theirs.conversation_id, theirs.head.branch_id, run.run_id)
+    ]
     assert own == [200] * len(own)
     other = {"Authorization": tenants.auth(tenants.key_b)["Authorization"]}
     for theirs_path, missing_path in zip(
@@ -272,9 +289,13 @@ async def test_a_browser_sends_its_key_as_basic_auth(
     assert shown.status_code == 200
     assert shown.headers["content-security-policy"].startswith("default-src 'self'")
     wrong = base64.b64encode(b"anyone:not-a-key").decode()
-    assert (await client.get("/ui/", headers={"Authorization": f"Basic {wrong}"})).status_code == 401
+    assert (
+        await client.get("/ui/", headers={"Authorization": f"Basic {wrong}"})
+    ).status_code == 401
     # Basic is for the page only: the API still asks for a bearer token.
-    assert (await client.get("/v1/conversations", headers={"Authorization": f"Basic {basic}"})).status_code == 401
+    assert (
+        await client.get("/v1/conversations", headers={"Authorization": f"Basic {basic}"})
+    ).status_code == 401
 
 
 def test_a_long_conversation_opens_on_its_newest_page(sync_store: Store, database_url: str) -> None:
