@@ -179,7 +179,7 @@ def test_every_command_names_a_handler_that_exists() -> None:
         return found
 
     commands = leaves(_parser())
-    assert len(commands) == 28  # 18 commands, 4 retention actions and 6 audit questions
+    assert len(commands) == 29  # 19 commands, 4 retention actions and 6 audit questions
     for command in commands:
         assert callable(_handler(command.get_default("handler"))), command.prog
 
