@@ -28,8 +28,8 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench._common import machine, write_section  # noqa: E402
-from chatledger.store import Message, Store  # noqa: E402
+from bench._common import machine, write_section
+from chatledger.store import Message, Store
 
 SIZES = (100, 5_000)
 _TIMING = """() => new Promise(resolve => new PerformanceObserver((list, observer) => {
