@@ -336,3 +336,41 @@ def test_chatledger_ui_listens_elsewhere_only_with_keys(sqlite_url: str) -> None
         assert "No conversation matches." in page.text
         css = httpx.get(url + "ui.css", timeout=60)
         assert css.headers["content-type"].startswith("text/css")
+
+
+def test_the_list_filters_by_key_title_and_day_and_marks_the_erased(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kek = bytes(range(32))
+    monkeypatch.setenv("CHATLEDGER_KEK", kek.hex())  # the page's store reads sealed metadata
+    with Store.open(database_url, kek=kek) as store:
+        ledger = store.tenant("filters")
+        refund = ledger.create_conversation({"title": "Refund request"}, key="ticket-1")
+        other = ledger.create_conversation({"title": "Other"})
+        gone = ledger.create_conversation({"title": "Refund, erased"}, subject="person-1")
+        ledger.append_messages(gone.id, [Message(role="user", content="my address")])
+        ledger.erase("person-1", reason="request 1")
+
+    def listed(query: str) -> dict[str, str]:
+        page = httpx.get(f"{server.url}/ui/{query}", timeout=60)
+        assert page.status_code == 200, page.text
+        rows = re.findall(
+            r'<tr class="(conversation[^"]*)">\s*<td><a class="id" href="/ui/conversations/([^"]+)"',
+            page.text,
+        )
+        return {conversation: row for row, conversation in rows}
+
+    with Server(create_ui_app(database_url, tenant="filters")) as server:
+        assert listed("") == {
+            gone.id: "conversation erased",
+            other.id: "conversation",
+            refund.id: "conversation",
+        }
+        assert set(listed("?title=refund")) == {refund.id}  # the erased title is gone
+        assert set(listed("?key=ticket-1")) == {refund.id}
+        assert listed("?key=ticket-2") == {}
+        assert listed("?since=2999-01-01") == {}
+        assert set(listed("?since=2000-01-01&limit=1")) == {gone.id}  # newest first
+        refused = httpx.get(f"{server.url}/ui/?since=yesterday", timeout=60)
+        assert refused.status_code == 422  # as every invalid input of the service
+        assert "YYYY-MM-DD" in refused.text
