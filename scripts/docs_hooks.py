@@ -7,11 +7,13 @@ them under `build/docs/chatledger/`, laid out as the wheel installs them: the
 root package's files copied (griffe follows a linked `__init__.py` to its
 folder, where the subpackages are not) and a link to each subpackage's folder.
 It is a tree of its own, apart from scripts/check.py's, so a docs build and a
-type check can run at once.
+type check can run at once; `$CHATLEDGER_DOCS_TREE` (mkdocs.yml reads it too)
+puts it elsewhere, so that two builds of one checkout can run at once.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -21,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from check import FOLDERS, ROOT  # this folder is on the path only from the line above
 
-PACKAGE = ROOT / "build" / "docs" / "chatledger"
+PACKAGE = Path(os.environ.get("CHATLEDGER_DOCS_TREE") or ROOT / "build" / "docs") / "chatledger"
 
 
 def on_startup(**_: Any) -> None:

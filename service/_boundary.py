@@ -128,7 +128,10 @@ class Boundary:
         scheme, _, key = authorization.partition(" ")
         if basic and scheme.lower() == "basic":
             try:
-                key = base64.b64decode(key.strip(), validate=True).decode().partition(":")[2]
+                user, _, password = (
+                    base64.b64decode(key.strip(), validate=True).decode().partition(":")
+                )
+                key = password or user  # `curl -u KEY` sends the key as the user name
             except (binascii.Error, UnicodeDecodeError):
                 return None
         elif scheme.lower() != "bearer":

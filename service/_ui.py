@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.responses import FileResponse, HTMLResponse, Response
 
 from chatledger import __version__
@@ -32,7 +33,10 @@ from chatledger.store import (
 )
 from chatledger.store.history import normalize_history
 
-__all__ = ["PAGE", "create_ui_app", "ui_router"]
+__all__ = ["LOOPBACK", "PAGE", "create_ui_app", "ui_router"]
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
+"""The host names `chatledger ui` serves without a key."""
 
 PAGE = 100
 """Messages per page of a conversation's timeline, newest page first."""
@@ -79,7 +83,6 @@ def _timeline(entries: list[Entry]) -> tuple[list[Row], list[Entry]]:
     may repeat across turns)."""
     history, repair = normalize_history([e.message for e in entries])
     positions = {id(e.message): e.position.position for e in entries}
-    synthesized = set(repair.synthesized)
     rows: list[Row] = []
     i = 0
     while i < len(history):
@@ -96,7 +99,9 @@ def _timeline(entries: list[Entry]) -> tuple[list[Row], list[Entry]]:
                 result = next((m for m in block if call.id and m.tool_call_id == call.id), None)
                 if result is not None:
                     block.remove(result)
-                row.calls.append((call, result, call.id in synthesized))
+                # Synthesized: a result repair made (it has no entry), not one whose
+                # id a later turn's synthesized result happens to share.
+                row.calls.append((call, result, result is not None and id(result) not in positions))
             # A result no call of the row claims is shown on its own, not hidden.
             rows += [Row(m, positions.get(id(m)), id(m) not in positions) for m in block]
     return rows, [entries[i] for i in repair.dropped]
@@ -156,20 +161,26 @@ def ui_router(ledger_of: Callable[[Request], AsyncLedger]) -> APIRouter:
     ) -> Response:
         found = await ledger.conversation(conversation_id)
         lineage = await ledger.audit.lineage(conversation_id)
-        tips = {b.id: b.tip for b in lineage.branches}
-        if branch is not None and branch not in tips:
-            raise NotFoundError("branch", branch, ledger.tenant)
         point: int | Position | None = at
         if branch is not None:
-            point = Position(branch, at if at is not None else tips[branch])
-        entries = await ledger.entries(conversation_id, at=point, last=PAGE)
-        older: int | None = None
-        if len(entries) == PAGE:
+            if at is None:
+                tip = next((b.tip for b in lineage.branches if b.id == branch), None)
+                if tip is None:
+                    raise NotFoundError("branch", branch, ledger.tenant)
+                at = tip
+            point = Position(branch, at)  # the store checks it is one of the conversation's
+        # One more than the page: the entry before it, if any, is where "older" goes,
+        # on its own branch (a parent's, or a fork's source's, for an early position).
+        entries = await ledger.entries(conversation_id, at=point, last=PAGE + 1)
+        older: Position | None = None
+        if len(entries) > PAGE:
             # A page never opens on a tool result: it goes to the older page,
             # with its call, so the two are repaired together.
-            while len(entries) > 1 and entries[0].message.role == "tool":
-                entries = entries[1:]
-            older = entries[0].position.position - 1
+            cut = 1
+            while cut < len(entries) - 1 and entries[cut].message.role == "tool":
+                cut += 1
+            older = entries[cut - 1].position
+            entries = entries[cut:]
         rows, dropped = _timeline(entries)
         events = None
         if raw:
@@ -186,7 +197,8 @@ def ui_router(ledger_of: Callable[[Request], AsyncLedger]) -> APIRouter:
             rows=rows,
             dropped=dropped,
             older=older,
-            branch=branch or (entries[-1].position.branch_id if entries else found.head.branch_id),
+            branch=branch or found.head.branch_id,
+            page_size=PAGE,
             events=events,
             raw=raw,
             verification=verification,
@@ -224,15 +236,18 @@ def ui_router(ledger_of: Callable[[Request], AsyncLedger]) -> APIRouter:
             shared < min(len(left), len(right)) and left[shared].event_id == right[shared].event_id
         ):
             shared += 1
+        fork = left[shared - 1].position.position if shared else 0
         return _page(
             "compare.html",
             conversation=lineage.conversation,
             a=a,
             b=b,
             shared=shared,
-            fork_position=left[shared - 1].position.position if shared else 0,
-            left=_timeline(left[shared:])[0],
-            right=_timeline(right[shared:])[0],
+            fork_position=fork,
+            # Each branch repaired whole, as a run sees it, then shown after the fork
+            # point: a result past it keeps the call it answers.
+            left=_after(left, fork),
+            right=_after(right, fork),
         )
 
     @router.get("/runs/{run_id}")
@@ -252,6 +267,14 @@ def ui_router(ledger_of: Callable[[Request], AsyncLedger]) -> APIRouter:
         )
 
     return router
+
+
+def _after(entries: list[Entry], fork: int) -> list[Row]:
+    rows = _timeline(entries)[0]
+    first = next(
+        (i for i, r in enumerate(rows) if r.position is not None and r.position > fork), len(rows)
+    )
+    return rows[first:]
 
 
 def _duration(start: datetime, end: datetime | None) -> str:
@@ -343,5 +366,8 @@ def create_ui_app(store: str, *, tenant: str | None = None, keys: ApiKeys | None
         app.add_middleware(Boundary, keys=keys, max_body_bytes=0)
     elif tenant is not None:
         app.add_middleware(_OneTenant, tenant=tenant)
+        # Without a key, a page of another site whose name it points at 127.0.0.1
+        # (DNS rebinding) could read the tenant: only loopback's names are served.
+        app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(LOOPBACK))
     app.include_router(ui_router(lambda request: opened[0].tenant(request.scope[TENANT_SCOPE_KEY])))
     return app

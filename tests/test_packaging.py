@@ -43,6 +43,16 @@ def test_pyproject_lists_every_subpackage_of_the_source_tree() -> None:
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
     out = tmp_path_factory.mktemp("wheel")
+    # Built from a copy: setuptools writes build/ and *.egg-info/ beside the sources,
+    # which another run of the suite on the same checkout may be writing too.
+    source = tmp_path_factory.mktemp("source") / "chatledger"
+    shutil.copytree(
+        ROOT,
+        source,
+        ignore=shutil.ignore_patterns(
+            ".git", ".venv*", "build", "__pycache__", "*.egg-info", ".hypothesis", "*.db"
+        ),
+    )
     subprocess.run(
         [
             sys.executable,
@@ -54,7 +64,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
             "-q",
             "-w",
             str(out),
-            str(ROOT),
+            str(source),
         ],
         check=True,
         capture_output=True,
@@ -77,7 +87,7 @@ def test_the_wheel_holds_every_module_of_the_source_tree(wheel: zipfile.ZipFile)
     expected = {f"chatledger/{p.name}" for p in (ROOT / "chatledger").glob("*.py")}
     for folder in FOLDERS:
         for path in (ROOT / folder).rglob("*"):
-            if path.suffix in (".py", ".mako", ".typed") and "__pycache__" not in path.parts:
+            if path.suffix in (".py", ".mako", ".typed", ".html", ".css") and "__pycache__" not in path.parts:
                 expected.add("chatledger/" + path.relative_to(ROOT).as_posix())
     assert expected - names == set()
 

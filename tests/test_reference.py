@@ -12,6 +12,7 @@ start from must each be documented in their docstring's `Args:`
 from __future__ import annotations
 
 import importlib
+import os
 import re
 import subprocess
 import sys
@@ -50,11 +51,13 @@ FULLY_DOCUMENTED = [
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("site")
+    tree = tmp_path_factory.mktemp("tree")  # the packages' layout, this build's own
     proc = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
+        env={**os.environ, "CHATLEDGER_DOCS_TREE": str(tree)},
     )
     assert proc.returncode == 0, proc.stderr
     assert "WARNING" not in proc.stderr, proc.stderr

@@ -55,10 +55,10 @@ def ui(args: argparse.Namespace) -> int:
         import uvicorn
 
         from chatledger.service import ApiKeys
-        from chatledger.service._ui import create_ui_app
+        from chatledger.service._ui import LOOPBACK, create_ui_app
     except ImportError as error:
         raise UsageError(f"{_INSTALL} ({error})") from error
-    if args.host not in ("127.0.0.1", "localhost", "::1") and not args.keys:
+    if args.host not in LOOPBACK and not args.keys:
         raise UsageError(
             f"--host {args.host} would show tenant {args.tenant!r} to anyone who can reach it: "
             "pass --keys FILE to ask for an API key, or listen on 127.0.0.1."

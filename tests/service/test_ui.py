@@ -374,3 +374,82 @@ def test_the_list_filters_by_key_title_and_day_and_marks_the_erased(
         refused = httpx.get(f"{server.url}/ui/?since=yesterday", timeout=60)
         assert refused.status_code == 422  # as every invalid input of the service
         assert "YYYY-MM-DD" in refused.text
+
+
+def test_what_repair_synthesized_and_dropped_is_marked(
+    sync_store: Store, database_url: str
+) -> None:
+    ledger = sync_store.tenant("repair")
+    conversation = ledger.create_conversation().id
+    call = ToolCall(id="c1", name="lookup", arguments='{"q": "x"}')
+    ledger.append_messages(
+        conversation,
+        [
+            Message(role="user", content="look it up"),
+            Message(role="tool", tool_call_id="c0", content="a result without its call"),
+            Message(role="assistant", tool_calls=[call]),
+            Message(role="user", content="well?"),
+        ],
+    )
+    with Server(create_ui_app(database_url, tenant="repair")) as server:
+        page = httpx.get(f"{server.url}/ui/conversations/{conversation}", timeout=60).text
+    dropped = re.findall(r'<li class="message dropped">(.*?)</li>', page, re.S)
+    assert len(dropped) == 1
+    assert "a result without its call" in dropped[0]
+    assert "#3" in dropped[0]  # its position in the log
+    calls = re.findall(r'<tr class="call">(.*?)</tr>', page, re.S)
+    assert len(calls) == 1
+    assert "lookup" in calls[0]
+    assert "synthesized by repair" in calls[0]
+    # The user's messages keep their positions; the synthesized result has none.
+    assert re.findall(r'class="position">#(\d+)<', page) == ["2", "4", "5"]
+
+
+def test_without_keys_only_loopback_names_are_served(sqlite_url: str) -> None:
+    # A page of another site that points its name at 127.0.0.1 sends its own Host.
+    with Server(create_ui_app(sqlite_url, tenant="t")) as server:
+        assert httpx.get(f"{server.url}/ui/", timeout=60).status_code == 200
+        rebound = httpx.get(f"{server.url}/ui/", headers={"Host": "evil.example"}, timeout=60)
+        assert rebound.status_code == 400
+        assert "evil" not in rebound.text
+
+
+def test_older_pages_follow_the_lineage_into_the_parent_branch(
+    sync_store: Store, database_url: str
+) -> None:
+    ledger = sync_store.tenant("lineage")
+    conversation = ledger.create_conversation().id
+    ledger.append_messages(
+        conversation, [Message(role="user", content=f"root {i}") for i in range(150)]
+    )
+    edited = ledger.append_messages(
+        conversation, [Message(role="user", content=f"edit {i}") for i in range(5)], after=140
+    )
+    stored = [e.position for e in ledger.entries(conversation)]
+    assert stored[-1].branch_id == edited.head.branch_id != stored[0].branch_id
+    with Server(create_ui_app(database_url, tenant="lineage")) as server:
+        first = httpx.get(f"{server.url}/ui/conversations/{conversation}", timeout=60).text
+        shown = [int(p) for p in re.findall(r'class="position">#(\d+)<', first)]
+        assert shown == [p.position for p in stored[-PAGE:]]
+        older = re.search(r'class="older" href="([^"]+)"', first)
+        assert older is not None
+        assert stored[-PAGE - 1].branch_id in older.group(1)  # the root branch's position
+        second = httpx.get(server.url + older.group(1).replace("&amp;", "&"), timeout=60)
+        assert second.status_code == 200, second.text
+        shown = [int(p) for p in re.findall(r'class="position">#(\d+)<', second.text)]
+        assert shown == [p.position for p in stored[:-PAGE]][-PAGE:]
+        # Compare: the root and the edit share #1 to #140; after it, each its own.
+        branches = {p.branch_id for p in stored} | {stored[0].branch_id}
+        root = stored[0].branch_id
+        compared = httpx.get(
+            f"{server.url}/ui/conversations/{conversation}/compare",
+            params={"a": root, "b": edited.head.branch_id},
+            timeout=60,
+        ).text
+        assert len(branches) == 2
+        side_a, side_b = compared.split('id="side-b"')
+        # ("root i" is at position i + 2: the conversation's creation holds #1.)
+        assert "root 139" in side_a and "root 149" in side_a
+        assert "root 138<" not in side_a and "edit" not in side_a
+        assert "share 139 messages, up to #140" in compared
+        assert "edit 0" in side_b and "edit 4" in side_b and "root" not in side_b
