@@ -49,9 +49,14 @@ FULLY_DOCUMENTED = [
 
 
 @pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where this build lays the packages out as they install (scripts/docs_hooks.py)."""
+    return tmp_path_factory.mktemp("tree")
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory, tree: Path) -> Path:
     out = tmp_path_factory.mktemp("site")
-    tree = tmp_path_factory.mktemp("tree")  # the packages' layout, this build's own
     proc = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
         cwd=ROOT,
@@ -90,11 +95,9 @@ DELEGATES = re.compile(r"^(?:See )?`(\w+(?:\.\w+)?)`")
 
 
 @pytest.fixture(scope="module")
-def loader(site: Path) -> griffe.GriffeLoader:
-    # The build laid the packages out under build/docs as they install (scripts/docs_hooks.py).
-    loader = griffe.GriffeLoader(
-        search_paths=[ROOT / "build" / "docs"], docstring_parser=griffe.Parser.google
-    )
+def loader(site: Path, tree: Path) -> griffe.GriffeLoader:
+    # The build (the site fixture) laid the packages out in this module's own tree.
+    loader = griffe.GriffeLoader(search_paths=[tree], docstring_parser=griffe.Parser.google)
     for package in {package for package, _ in FULLY_DOCUMENTED}:
         loader.load(package)
     return loader
