@@ -53,6 +53,7 @@ from chatledger.service._models import (
     ForkRequest,
     ForkResponse,
     Health,
+    Id,
     MessagesOut,
     PositionedMessage,
     RunOut,
@@ -242,7 +243,7 @@ def create_app(
         ledger: Ledger_,
         limit: Annotated[int, Query(ge=1, le=1000, description="The page's size.")] = 50,
         cursor: Annotated[
-            str | None,
+            Id | None,
             Query(min_length=1, description="The `nextCursor` of the previous page."),
         ] = None,
     ) -> Response:
@@ -272,7 +273,7 @@ def create_app(
         tags=["read"],
         responses=_ERRORS,
     )
-    async def conversation(conversation_id: str, ledger: Ledger_) -> Response:
+    async def conversation(conversation_id: Id, ledger: Ledger_) -> Response:
         """A conversation: its head and where it came from."""
         return _json(ConversationOut.of(await ledger.conversation(conversation_id)))
 
@@ -283,7 +284,7 @@ def create_app(
         responses=_ERRORS,
     )
     async def messages(
-        conversation_id: str,
+        conversation_id: Id,
         ledger: Ledger_,
         at: Annotated[int | None, Query(ge=1, description="A position; default the head.")] = None,
     ) -> Response:
@@ -314,7 +315,7 @@ def create_app(
         responses=_ERRORS,
     )
     async def runs(
-        conversation_id: str,
+        conversation_id: Id,
         ledger: Ledger_,
         limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     ) -> Response:
@@ -330,7 +331,7 @@ def create_app(
         responses=_ERRORS,
     )
     async def fork(
-        conversation_id: str,
+        conversation_id: Id,
         ledger: Ledger_,
         body: Annotated[ForkRequest | None, Body()] = None,
     ) -> Response:
@@ -340,7 +341,7 @@ def create_app(
         return _json(ForkResponse(conversation_id=forked.id, forked_from=conversation_id), 201)
 
     @app.get("/v1/runs/{run_id}", response_model=RunOut, tags=["read"], responses=_ERRORS)
-    async def run(run_id: str, ledger: Ledger_) -> Response:
+    async def run(run_id: Id, ledger: Ledger_) -> Response:
         """One run and its timeline: every event it recorded, in order."""
         found = await ledger.run(run_id)
         return _json(RunOut(run=found, events=await ledger.events(run_id=run_id)))

@@ -11,13 +11,14 @@ ways at once (docs/adr/0038-one-http-api-shape.md).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
 from chatledger.engine import Result, Source
 from chatledger.store import Conversation, Event, ForkPoint, Message, Position, Run
+from chatledger.store.ids import canonical_id
 
 __all__ = [
     "AskRequest",
@@ -41,6 +42,11 @@ __all__ = [
 ]
 
 
+Id = Annotated[str, AfterValidator(canonical_id)]
+"""An id as a person may type or paste it: a UUID in capitals is lower-cased, as the
+command line does (`canonical_id`); the store checks the rest."""
+
+
 class Wire(BaseModel):
     """A body of the service: camelCase on the wire, snake_case accepted on input."""
 
@@ -58,7 +64,7 @@ class AskRequest(Wire):
     model_config = ConfigDict(extra="forbid")
 
     question: str = Field(min_length=1, description="The current prompt.")
-    conversation_id: str | None = Field(
+    conversation_id: Id | None = Field(
         default=None,
         description="Continue this conversation of your tenant; absent starts a new one.",
     )

@@ -21,6 +21,7 @@ from chatledger import __version__
 from chatledger.service._boundary import TENANT_SCOPE_KEY, Boundary
 from chatledger.service._errors import install_error_handlers
 from chatledger.service._keys import ApiKeys
+from chatledger.service._models import Id
 from chatledger.store import (
     AsyncLedger,
     AsyncStore,
@@ -128,7 +129,7 @@ def ui_router(ledger_of: Callable[[Request], AsyncLedger]) -> APIRouter:
         key: str = "",
         title: str = "",
         since: str = "",
-        before: Annotated[str | None, Query(min_length=1)] = None,
+        before: Annotated[Id | None, Query(min_length=1)] = None,
         limit: Annotated[int, Query(ge=1, le=500)] = 50,
     ) -> Response:
         day = _day(since)
@@ -152,7 +153,7 @@ def ui_router(ledger_of: Callable[[Request], AsyncLedger]) -> APIRouter:
 
     @router.get("/conversations/{conversation_id}")
     async def conversation(
-        conversation_id: str,
+        conversation_id: Id,
         ledger: Ledger_,
         at: Annotated[int | None, Query(ge=1)] = None,
         branch: Annotated[str | None, Query(min_length=1)] = None,
@@ -206,20 +207,20 @@ def ui_router(ledger_of: Callable[[Request], AsyncLedger]) -> APIRouter:
         )
 
     @router.get("/conversations/{conversation_id}/verify")
-    async def verify(conversation_id: str, ledger: Ledger_) -> Response:
+    async def verify(conversation_id: Id, ledger: Ledger_) -> Response:
         found = await ledger.conversation(conversation_id)
         return _page(
             "verify.html", conversation=found, verification=await ledger.verify(conversation_id)
         )
 
     @router.get("/conversations/{conversation_id}/branches")
-    async def branches(conversation_id: str, ledger: Ledger_) -> Response:
+    async def branches(conversation_id: Id, ledger: Ledger_) -> Response:
         lineage = await ledger.audit.lineage(conversation_id)
         return _page("branches.html", conversation=lineage.conversation, lineage=lineage)
 
     @router.get("/conversations/{conversation_id}/compare")
     async def compare(
-        conversation_id: str,
+        conversation_id: Id,
         ledger: Ledger_,
         a: Annotated[str, Query(min_length=1)],
         b: Annotated[str, Query(min_length=1)],
@@ -251,7 +252,7 @@ def ui_router(ledger_of: Callable[[Request], AsyncLedger]) -> APIRouter:
         )
 
     @router.get("/runs/{run_id}")
-    async def run(run_id: str, ledger: Ledger_) -> Response:
+    async def run(run_id: Id, ledger: Ledger_) -> Response:
         found = await ledger.run(run_id)
         steps = (await ledger.audit.run_timeline(run_id, limit=1000)).items
         tools = (await ledger.audit.tool_executions(run_id=run_id, limit=1000)).items

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from chatledger.store.ids import is_id, new_id
+from chatledger.store.ids import canonical_id, is_id, new_id
 
 
 def test_new_id_is_a_uuid7_string() -> None:
@@ -28,3 +28,11 @@ def test_is_id_accepts_only_canonical_lowercase_uuids() -> None:
     assert not is_id(ident.replace("-", ""))
     assert not is_id("not-an-id")
     assert not is_id(None)
+
+
+def test_canonical_id_lowers_a_uuid_in_capitals_and_leaves_anything_else() -> None:
+    ident = new_id()
+    assert canonical_id(ident.upper()) == ident
+    assert canonical_id(ident) == ident
+    for other in ("NOT-AN-ID", ident.upper().replace("-", ""), f"{ident.upper()} ", ""):
+        assert canonical_id(other) == other

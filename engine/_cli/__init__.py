@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import re
 import select
 import sys
 from collections.abc import Callable, Sequence
@@ -33,6 +32,7 @@ from chatledger.engine._cli._common import (
     cli_message,
 )
 from chatledger.store._errors import ChatledgerError
+from chatledger.store.ids import canonical_id
 
 __all__ = ["main"]
 
@@ -124,18 +124,6 @@ def _handler(name: str) -> Callable[[argparse.Namespace], int]:
     return found
 
 
-_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-
-
-def _id(text: str) -> str:
-    """An argparse type: an id as given, lower-cased when it is a UUID in capitals
-    (chatledger's ids are lower-case; a copied id may not be). Only the case
-    changes, so it names the same row, of the same tenant, or none; anything else
-    goes to the store as it is, which says what is wrong with it."""
-    lowered = text.lower()
-    return lowered if _UUID.fullmatch(lowered) else text
-
-
 def _count(low: int, high: int) -> Callable[[str], int]:
     """An argparse type: a whole number from `low` to `high`."""
 
@@ -209,7 +197,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--limit", type=_count(1, 10_000), default=50, help="how many (default 50)")
     p.add_argument(
-        "--before", type=_id, metavar="ID", help="only those older than this one (the next page)"
+        "--before", type=canonical_id, metavar="ID", help="only those older than this one (the next page)"
     )
 
     p = command(
@@ -223,7 +211,7 @@ def _parser() -> argparse.ArgumentParser:
         "the tenant's newest one is shown (`chatledger conversations` lists them all)."
     )
     p.add_argument(
-        "conversation", type=_id, nargs="?", help="the conversation id (default: the newest)"
+        "conversation", type=canonical_id, nargs="?", help="the conversation id (default: the newest)"
     )
     p.add_argument("--at", help="a position on the head's lineage, or an ISO timestamp")
     p.add_argument("--raw", action="store_true", help="as recorded, without repair")
@@ -231,11 +219,11 @@ def _parser() -> argparse.ArgumentParser:
     p = command("runs", "_commands:runs", "list runs", common, tenant, output)
     p.add_argument("--status", choices=["running", "completed", "failed", "canceled"])
     p.add_argument("--attention", action="store_true", help="only runs that need a person")
-    p.add_argument("--conversation", type=_id, help="only runs of this conversation")
+    p.add_argument("--conversation", type=canonical_id, help="only runs of this conversation")
     p.add_argument("--limit", type=_count(1, 100_000), default=50)
 
     p = command("fork", "_commands:fork", "fork a conversation", common, tenant, output)
-    p.add_argument("conversation", type=_id, help="the conversation id")
+    p.add_argument("conversation", type=canonical_id, help="the conversation id")
     p.add_argument(
         "--at",
         type=_count(1, 2**31 - 1),
@@ -257,7 +245,7 @@ def _parser() -> argparse.ArgumentParser:
         "saying why. See docs/operations.md."
     )
     p.add_argument(
-        "run", type=_id, nargs="?", metavar="RUN_ID", help="resume this run now, then exit"
+        "run", type=canonical_id, nargs="?", metavar="RUN_ID", help="resume this run now, then exit"
     )
     p.add_argument(
         "--tenant",
@@ -289,7 +277,7 @@ def _parser() -> argparse.ArgumentParser:
         common,
         output,
     )
-    p.add_argument("--conversation", type=_id, help="only this conversation (of --tenant)")
+    p.add_argument("--conversation", type=canonical_id, help="only this conversation (of --tenant)")
     p.add_argument("--tenant", help="only this tenant's conversations")
     p.add_argument(
         "--recompute",
@@ -361,7 +349,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="CURSOR",
         help="resume after this cursor (the `after` a --json line printed)",
     )
-    p.add_argument("--conversation", type=_id, metavar="ID", help="only this conversation's events")
+    p.add_argument("--conversation", type=canonical_id, metavar="ID", help="only this conversation's events")
     p.add_argument("--follow", action="store_true", help="keep printing events as they commit")
     p.add_argument(
         "--json",
@@ -391,7 +379,7 @@ def _parser() -> argparse.ArgumentParser:
         "SQLite or Postgres. See docs/export.md."
     )
     p.add_argument(
-        "--conversation", type=_id, metavar="ID", help="only this conversation (and its sources)"
+        "--conversation", type=canonical_id, metavar="ID", help="only this conversation (and its sources)"
     )
     p.add_argument("--output", "-o", metavar="FILE", help="write to FILE (default: stdout)")
     p.epilog = "--json prints the report on stdout, so it takes --output."
@@ -413,7 +401,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p = command("chat", "_commands:chat", "chat with an OpenAI-compatible model", common, tenant)
     p.add_argument("--model", default=os.environ.get("CHATLEDGER_MODEL", "gpt-4o-mini"))
-    p.add_argument("--conversation", type=_id, help="continue this conversation")
+    p.add_argument("--conversation", type=canonical_id, help="continue this conversation")
 
     p = command("serve", "_serve:serve", "serve /v1/ask and the read endpoints over HTTP", common)
     p.add_argument("--agent", required=True, help="the agent, as module:attribute")
@@ -521,12 +509,12 @@ def _add_audit(
         p.add_argument("--until", help="up to this ISO time (exclusive)")
 
     p = leaf("timeline", "every event of a run, in order, with stage and timing")
-    p.add_argument("run", type=_id, help="the run id")
+    p.add_argument("run", type=canonical_id, help="the run id")
     p.add_argument("--kind", action="append", help="only this event kind (repeatable)")
     paged(p)
 
     p = leaf("request", "what the model saw: request N of a run, rebuilt from the log")
-    p.add_argument("run", type=_id, help="the run id")
+    p.add_argument("run", type=canonical_id, help="the run id")
     p.add_argument("number", type=int, help="the request number (from 1)")
     p.add_argument("--agent", help="the run's agent, as module:attribute, to check the digest")
     source = p.add_mutually_exclusive_group()
@@ -535,8 +523,8 @@ def _add_audit(
     p.add_argument("--body", action="store_true", help="print the rebuilt wire body (--agent)")
 
     p = leaf("tools", "tool executions: finished, failed, running, uncertain")
-    p.add_argument("--conversation", type=_id, help="only this conversation's calls")
-    p.add_argument("--run", type=_id, help="only this run's calls")
+    p.add_argument("--conversation", type=canonical_id, help="only this conversation's calls")
+    p.add_argument("--run", type=canonical_id, help="only this run's calls")
     p.add_argument("--tool", help="only calls of this tool")
     p.add_argument(
         "--status",
@@ -548,18 +536,18 @@ def _add_audit(
     paged(p)
 
     p = leaf("messages", "messages a caller supplied (client) or repair synthesized")
-    p.add_argument("--conversation", type=_id, help="only this conversation's messages")
-    p.add_argument("--run", type=_id, help="only this run's messages")
+    p.add_argument("--conversation", type=canonical_id, help="only this conversation's messages")
+    p.add_argument("--run", type=canonical_id, help="only this run's messages")
     p.add_argument("--origin", choices=["client", "repair"], help="only this origin")
     window(p)
     paged(p)
 
     p = leaf("lineage", "a conversation's branches, forks in and out, and resumes")
-    p.add_argument("conversation", type=_id, help="the conversation id")
+    p.add_argument("conversation", type=canonical_id, help="the conversation id")
 
     p = leaf("events", "the raw log, filtered")
-    p.add_argument("--conversation", type=_id, help="only this conversation's events")
-    p.add_argument("--run", type=_id, help="only this run's events")
+    p.add_argument("--conversation", type=canonical_id, help="only this conversation's events")
+    p.add_argument("--run", type=canonical_id, help="only this run's events")
     p.add_argument("--kind", action="append", help="only this event kind (repeatable)")
     p.add_argument("--tool", help="only tool.started events and tool results of this tool")
     p.add_argument("--origin", choices=["run", "client", "repair"], help="only this origin")

@@ -227,8 +227,20 @@ def test_chatledger_serve_and_api_key(database_url: str, tmp_path: Path) -> None
             headers={"Authorization": f"Bearer {key.group(1)}"},
         )
         assert answer.status_code == 200, answer.text
+        # An id pasted in capitals names the same conversation and run.
+        auth = {"Authorization": f"Bearer {key.group(1)}"}
+        conv, run_id = answer.json()["conversationId"], answer.json()["runId"]
+        for path in ("/v1/conversations/{}/messages", "/v1/conversations/{}"):
+            lower = client.get(path.format(conv), headers=auth)
+            upper = client.get(path.format(conv.upper()), headers=auth)
+            assert upper.status_code == 200 and upper.json() == lower.json(), upper.text
+        assert client.get(f"/v1/runs/{run_id.upper()}", headers=auth).json()["run"]["id"] == run_id
+        again = client.post(
+            "/v1/ask", json={"question": "Again?", "conversationId": conv.upper()}, headers=auth
+        )
+        assert again.json()["conversationId"] == conv, again.text
     with Store.open(database_url) as store:
-        run = store.tenant(tenant).run(answer.json()["runId"])
+        run = store.tenant(tenant).run(run_id)
         assert run.status == "completed"
 
 
