@@ -464,7 +464,7 @@ class Operations:
             append: _append.Append,
             create_append: _append.CreateAppend,
         ) -> Callable[[Any], Appended | None] | None:
-            if not messages or not plain:  # a state change alone: the general path
+            if not encoded or not plain:  # nothing to write, or after a position
                 return None
 
             def attempt(handle: Any) -> Appended | None:
@@ -530,10 +530,9 @@ class Operations:
         made before the append is the history read, after the commit: the history
         at a committed position never changes, so the report is that of the append.
         """
-        if not messages:
-            return done
-        appended = [m if isinstance(m, Message) else load_message(m) for m in messages]
         cid, events = done.conversation_id, done.events
+        if not events:
+            return done
         first = events[0]
         # The point the messages follow: before the append's first event, or the
         # creation of the conversation or branch it opens with (no message).
@@ -541,6 +540,13 @@ class Operations:
         position = first.position
         if first.kind != "conversation.created" and first.kind != "branch.created":
             position -= 1
+        if not messages:
+            # A state change alone: the tail is the one it follows, one event on.
+            kept = None if self._tails is None else self._tails.get(self.tenant, cid)
+            if self._tails is not None and kept is not None and kept[:2] == (branch_id, position):
+                self._tails.put(self.tenant, cid, (branch_id, events[-1].position, kept[2]))
+            return done
+        appended = [m if isinstance(m, Message) else load_message(m) for m in messages]
         tail: _tails.Tail | None = None
         if history is not None:
             tail = _tails.tail_of(history)

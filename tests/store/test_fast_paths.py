@@ -25,9 +25,11 @@ from chatledger.store import (
     Conversation,
     ErasedError,
     Event,
+    HistoryRepair,
     Ledger,
     Message,
     Store,
+    ToolCall,
 )
 from chatledger.store._sql.tail import NOTIFIER_THREAD
 from chatledger.store.ids import is_id, new_id
@@ -90,6 +92,27 @@ def test_the_switch_decides_which_path_an_append_and_a_head_read_take(
         with statements(store.engine) as seen:
             ledger.append_messages(conv.id, turn("hi"), expected=1)
             assert [m.content for m in ledger.history(conv.id)] == ["hi"]
+    assert bool(seen) is not fast
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast", "general"])
+def test_a_state_change_alone_is_a_fast_append_that_keeps_the_tail(
+    database_url: str, fast: bool
+) -> None:
+    # A framework's record between a call and its result (LangGraph's checkpoints)
+    # costs one statement, and the result's report still needs no read of the history.
+    with Store.open(database_url, fast_paths=fast) as store:
+        ledger = store.tenant(f"state-{uuid.uuid4().hex[:8]}")
+        conv = ledger.create_conversation()
+        call = Message(role="assistant", tool_calls=[ToolCall(id="c1", name="look_up")])
+        ledger.append_messages(conv.id, [call])
+        with statements(store.engine) as seen:
+            ledger.append_messages(conv.id, [], state={"tip": "a"}, expected_state={})
+            answered = ledger.append_messages(
+                conv.id, [Message(role="tool", tool_call_id="c1", tool_name="look_up", content="ok")]
+            )
+        assert answered.repair == HistoryRepair()
+        assert ledger.conversation(conv.id).state == {"tip": "a"}
     assert bool(seen) is not fast
 
 
