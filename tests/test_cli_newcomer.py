@@ -173,6 +173,10 @@ def test_history_shows_each_messages_position_to_fork_at(database_url: str, tena
     help_text = " ".join(ok("history", "--help").split())
     assert "events on the conversation's branch" in help_text and "fork --at" in help_text
 
+    # A position past the head names the range, in words a command-line user can act on.
+    line = error_line("fork", conv, "--at", "9", "--tenant", tenant, url=database_url)
+    assert "runs from 1 to 4. Pass a position in that range" in line and "Position(" not in line
+
 
 # -- item 2: resuming ---------------------------------------------------------------------
 

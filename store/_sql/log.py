@@ -571,8 +571,8 @@ def resolve_position(conn: Connection, conv: Conversation, at: int | Position | 
         if not 1 <= at <= conv.head.position:
             raise InvalidInputError(
                 f"Position {at} is not on the head lineage of conversation '{conv.id}', which "
-                f"runs from 1 to {conv.head.position}. Pass a position in that range, or a "
-                f"Position(branch_id, position) for another branch."
+                f"runs from 1 to {conv.head.position}. Pass a position in that range (a "
+                f"position of another branch is read with that branch's id)."
             )
         for _, branch_id, first, last in projector.lineage(conn, conv.head):
             if first <= at <= last:

@@ -183,6 +183,10 @@ async def test_the_read_endpoints(client_for: Client, tenants: Tenants) -> None:
     assert whole.status_code == 201
     bad = await client.post(f"/v1/conversations/{cid}/forks", json={"at": 0})
     assert bad.status_code == 422 and "at" in bad.json()["error"]["message"]
+    past = await client.get(f"/v1/conversations/{cid}/messages", params={"at": 999})
+    said = past.json()["error"]["message"]
+    assert past.status_code == 422 and "Pass a position in that range" in said, said
+    assert "Position(" not in said  # no Python in the API's words
 
 
 def at_two_contents(page: dict[str, Any]) -> list[str]:
