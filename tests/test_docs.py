@@ -9,11 +9,7 @@ the `chatledger` command use ./chatledger.db), and on Postgres with
 `CHATLEDGER_DATABASE_URL` naming a database of its own, without chatledger's
 tables. A block passes when it exits 0; its `assert`s are what it checks.
 
-A block whose first line is the visible comment `# continues the example
-above` runs after the blocks it continues (back to one that does not), in
-the same process: what a reader pastes is that chain. Each chain runs once,
-whole; its shorter prefixes run within it. Markers, each on the
-line before a block, say what the test does with it:
+Markers, each on the line before a block, say what the test does with it:
 
 - `<!-- docs-test: postgres -->`: run on Postgres only (the block reads
   `CHATLEDGER_DATABASE_URL`, with a Postgres URL as its default);
@@ -40,7 +36,6 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 RUNNABLE = {"python", "sh"}
-CONTINUES = "# continues the example above"
 MARKER = re.compile(r"<!--\s*(docs-test|query):\s*(.*?)\s*-->\s*$")
 FENCE = re.compile(r"^(\s*)(`{3,})(\S*)")
 
@@ -85,25 +80,12 @@ def blocks(page: Path) -> list[Block]:
 ALL = [block for page in PAGES for block in blocks(page)]
 
 
-def chains() -> list[list[Block]]:
-    """Each runnable block, preceded by the blocks it continues; one run per chain."""
-    out: list[list[Block]] = []
-    for page in PAGES:
-        chain: list[Block] = []
-        for block in blocks(page):
-            if block.language not in RUNNABLE or (block.marker or "").startswith("not run"):
-                continue
-            continues = block.code.startswith(CONTINUES)
-            assert not continues or chain, f"{block.id} continues nothing"
-            assert not continues or chain[-1].language == block.language, block.id
-            if continues:
-                out.pop()  # the longer chain runs its prefix too, first
-            chain = [*chain, block] if continues else [block]
-            out.append(chain)
-    return out
-
-
-CHAINS = chains()
+RUN = [
+    b
+    for b in ALL
+    if b.language in RUNNABLE and not (b.marker or "").startswith("not run")
+]
+"""Every block the test runs, each alone."""
 
 
 def test_every_block_is_run_or_says_why_not() -> None:
@@ -121,7 +103,7 @@ def test_every_block_is_run_or_says_why_not() -> None:
         if b.marker not in (None, "query", "postgres") and not b.marker.startswith("not run (")
     ]
     assert bad == [], f"unknown docs-test markers: {bad}"
-    assert len(CHAINS) >= 15
+    assert len(RUN) >= 40
 
 
 def snippet_env(database_url: str | None) -> dict[str, str]:
@@ -153,16 +135,15 @@ def run_page_python(page: str, where: Path) -> str:
     return proc.stdout
 
 
-@pytest.mark.parametrize("chain", CHAINS, ids=[c[-1].id for c in CHAINS])
+@pytest.mark.parametrize("block", RUN, ids=[b.id for b in RUN])
 def test_the_snippet_runs_alone(
-    chain: list[Block], backend: str, tmp_path: Path, request: pytest.FixtureRequest
+    block: Block, backend: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    last = chain[-1]
-    if last.marker == "postgres" and backend == "sqlite":
+    if block.marker == "postgres" and backend == "sqlite":
         pytest.skip("a Postgres example")
     url = request.getfixturevalue("empty_url") if backend == "postgres" else None
-    code = "\n".join(b.code for b in chain)
-    if last.language == "python":
+    code = block.code
+    if block.language == "python":
         (tmp_path / "snippet.py").write_text(code, encoding="utf-8")
         command = [sys.executable, str(tmp_path / "snippet.py")]
     else:
@@ -177,4 +158,4 @@ def test_the_snippet_runs_alone(
         text=True,
         timeout=240,
     )
-    assert proc.returncode == 0, f"{last.id} failed:\n{proc.stdout}\n{proc.stderr}"
+    assert proc.returncode == 0, f"{block.id} failed:\n{proc.stdout}\n{proc.stderr}"

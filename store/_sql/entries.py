@@ -184,6 +184,8 @@ def _ids_taken(conn: Connection, conversation_id: str, ids: Sequence[str]) -> Co
 
 def record_ids(conn: Connection, conversation_id: str, written: Sequence[Event]) -> None:
     """Make `written` findable by their (caller-minted) ids."""
+    if not written:  # `ids=[]` with no message: nothing to name
+        return
     ids = [e.id for e in written]
     taken = _ids_taken(conn, conversation_id, ids)
     if taken is not None:

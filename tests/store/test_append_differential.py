@@ -165,11 +165,27 @@ def appends(draw: st.DrawFn) -> Append:
     )
 
 
+@st.composite
+def branching(draw: st.DrawFn) -> Append:
+    """An append after a position back from the head with no option that refuses it
+    (a replaced answer, a framework's record): it opens a branch, which no fast form
+    may write. Among `appends()`, whose options mostly refuse such an append, it
+    would be rare."""
+    return Append(
+        slot=draw(st.integers(0, SLOTS - 1)),
+        messages=tuple(draw(st.lists(st.integers(0, len(POOL) - 1), max_size=2))),
+        state=draw(st.one_of(st.none(), _small)),
+        after=draw(st.integers(0, 3)),
+        run=draw(_mostly_none(st.sampled_from(["r1", "r2"]))),
+    )
+
+
 steps = st.lists(
     st.one_of(
         appends(),
         appends(),
         appends(),
+        branching(),
         st.builds(MoveHead, slot=st.integers(0, SLOTS - 1), back=st.integers(0, 3)),
         st.builds(SetState, slot=st.integers(0, SLOTS - 1), state=_small),
         st.builds(Interlope, slot=st.integers(0, SLOTS - 1)),
