@@ -239,6 +239,14 @@ def test_chatledger_serve_and_api_key(database_url: str, tmp_path: Path) -> None
             "/v1/ask", json={"question": "Again?", "conversationId": conv.upper()}, headers=auth
         )
         assert again.json()["conversationId"] == conv, again.text
+        # Refusals in the API's words, with no Python advice.
+        past = client.get(f"/v1/conversations/{conv}/messages?at=999", headers=auth)
+        missing = client.get(f"/v1/conversations/{new_id()}", headers=auth)
+        assert (past.status_code, missing.status_code) == (422, 404)
+        for said in (past.json()["error"]["message"], missing.json()["error"]["message"]):
+            assert "store.tenant" not in said and "Position(" not in said, said
+        assert "Pass a position in that range" in past.json()["error"]["message"]
+        assert "API key's tenant" in missing.json()["error"]["message"]
     with Store.open(database_url) as store:
         run = store.tenant(tenant).run(run_id)
         assert run.status == "completed"
