@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from alembic import context
 from sqlalchemy.engine import Connection
 
-from chatledger.store._sql.dialect import create_engine
+from chatledger.store._db.engines import create_engine
 from chatledger.store.schema import metadata
 
 if TYPE_CHECKING:

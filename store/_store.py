@@ -20,31 +20,32 @@ from chatledger.store import _tail
 from chatledger.store._audit import Audit
 from chatledger.store._cache import HeadCache, MessageCache, TailCache
 from chatledger.store._crypto import KeyEncryptionKey, kek_for, sealer_for
-from chatledger.store._errors import ConflictError, EncryptionError, ErasedError
-from chatledger.store._ops import Operations, StoreOperations, completed
-from chatledger.store._retention import RetentionReport, SubjectOutcome, run_retention
-from chatledger.store._sealing import drive, needs_opening, opening, preparing
-from chatledger.store._sql.dialect import (
+from chatledger.store._db.engines import (
     DriverConnections,
     Durability,
     create_engine,
     database_url,
     install_sqlite_hooks,
-    is_sqlite,
 )
-from chatledger.store._sql.erasure import Erasure
-from chatledger.store._sql.ops import Op, general
-from chatledger.store._sql.pages import DEFAULT_LIMIT, Page
-from chatledger.store._sql.replicas import Replicas, check_replicas
-from chatledger.store._sql.retention import RetentionAction, RetentionPolicy
-from chatledger.store._sql.tail import (
+from chatledger.store._db.replicas import Replicas, check_replicas
+from chatledger.store._db.run import general
+from chatledger.store._db.tail import (
     Notifier,
     PostgresWaiter,
     SqliteWaiter,
     connector,
-    notify_on_commit,
     sqlite_connector,
 )
+from chatledger.store._errors import ConflictError, EncryptionError, ErasedError
+from chatledger.store._ops import Operations, StoreOperations, completed
+from chatledger.store._retention import RetentionReport, SubjectOutcome, run_retention
+from chatledger.store._sealing import drive, needs_opening, opening, preparing
+from chatledger.store._sql.dialect import is_sqlite
+from chatledger.store._sql.erasure import Erasure
+from chatledger.store._sql.ops import Op
+from chatledger.store._sql.pages import DEFAULT_LIMIT, Page
+from chatledger.store._sql.retention import RetentionAction, RetentionPolicy
+from chatledger.store._sql.tail import notify_on_commit
 from chatledger.store._sql.transfer import ExportReport, ImportReport
 from chatledger.store._sql.translate import translating
 from chatledger.store._sql.verify import Recompute, Verification

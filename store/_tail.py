@@ -3,7 +3,7 @@
 `Ledger.tail` and `AsyncLedger.tail` read pages with the audit pages' cursor
 (`store._sql.pages`: `(txid, seq)` below the snapshot's xmin on Postgres,
 `seq` on SQLite), so a commit that becomes visible late is never passed, and
-wait between pages with `store._sql.tail` (LISTEN/NOTIFY on Postgres, the
+wait between pages with `store._db.tail` (LISTEN/NOTIFY on Postgres, the
 file's data version on SQLite). A caller's cursor is checked against the log's
 end first (`start_op`). docs/tail.md, docs/adr/0024-tail.md and
 docs/adr/0037-cli-errors-and-cursors.md.
@@ -21,12 +21,12 @@ from typing import Any, Protocol
 from sqlalchemy.engine import Connection
 
 from chatledger.store._checks import check_id
+from chatledger.store._db.tail import AsyncPostgresWaiter, SqliteWaiter
 from chatledger.store._errors import InvalidInputError
 from chatledger.store._sql import audit as _audit
 from chatledger.store._sql.dialect import is_sqlite, settled_position
 from chatledger.store._sql.ops import Op
 from chatledger.store._sql.pages import Page, check_cursor, check_limit, position
-from chatledger.store._sql.tail import AsyncPostgresWaiter, SqliteWaiter
 from chatledger.store._values import Event
 
 __all__ = ["TailSettings", "async_tail", "start_op", "tail", "tail_op"]
@@ -126,7 +126,7 @@ def start_op(tenant: str, after: str) -> Op[None]:
 
 
 class Waiter(Protocol):
-    """What `tail` waits with (`store._sql.tail`)."""
+    """What `tail` waits with (`store._db.tail`)."""
 
     def wait(self, seconds: float) -> bool: ...
 

@@ -6,7 +6,7 @@ import pytest
 import sqlalchemy as sa
 
 from chatledger.store import AsyncStore, InvalidInputError, Store
-from chatledger.store._sql.dialect import DEFAULT_URL, database_url, normalize_url
+from chatledger.store._db.engines import DEFAULT_URL, database_url, normalize_url
 
 
 @pytest.mark.parametrize(

@@ -210,8 +210,24 @@ def test_the_service_sits_on_top_and_only_serve_imports_it() -> None:
     assert {"engine", "store"} <= graph["service._app"]
 
 
+def test_the_sql_layer_holds_no_database_resources() -> None:
+    """`store._sql` is functions over one transaction or cursor; what holds engines,
+    connections, replicas and the tail's threads is `store._db`, built on it, never under it."""
+    graph = import_graph()
+    assert graph["store._db.run"] & {"store._sql.ops"}  # the walk sees `_db` building on `_sql`
+    wrong = sorted(
+        f"{name} -> {target}"
+        for name, targets in graph.items()
+        if name.startswith("store._sql")
+        for target in targets
+        if target == "store._db" or target.startswith("store._db.")
+    )
+    assert not wrong, "store._sql imports store._db: " + "; ".join(wrong)
+
+
 def test_the_contract_layer_imports_no_database_layer() -> None:
-    """messages, ids, history and the values are the pure layer: no `store._sql`, no SQLAlchemy."""
+    """messages, ids, history and the values are the pure layer: no `store._sql` or
+    `store._db`, no SQLAlchemy."""
     pure = ["store.messages", "store.ids", "store.history", "store._repair", "store._values"]
     for name in pure:
         path = module_files()[name]
@@ -223,7 +239,9 @@ def test_the_contract_layer_imports_no_database_layer() -> None:
             for alias in node.names
         } | {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
         assert not {
-            n for n in names if n.startswith(("store._sql", "sqlalchemy", "psycopg", "alembic"))
+            n
+            for n in names
+            if n.startswith(("store._sql", "store._db", "sqlalchemy", "psycopg", "alembic"))
         }, name
 
 

@@ -1,248 +1,67 @@
-"""What differs between SQLite and Postgres, as far as setting up and writing SQL go.
+"""What differs between SQLite and Postgres, as far as writing SQL goes.
 
-This module holds the database URL (`database_url`: which database, which
-driver), the engine and its connection settings (`create_engine`, the SQLite
-hooks), the store's own driver connections (`DriverConnections`), and the
-SQL fragments that are spelled differently per dialect: clocks, row locks,
-JSON fields, time values and commit order; code elsewhere calls these
-rather than spelling them itself.
+This module holds the SQL fragments that are spelled differently per
+dialect: clocks, row locks, JSON fields, time values and commit order; code
+elsewhere calls these rather than spelling them itself. The database URL,
+the engine and its connection settings, and the store's own driver
+connections are resources, not SQL: they are `store/_db/engines.py`'s.
 
 Logic does branch on the dialect outside this module, wherever a dialect
 has SQL of its own: the one-statement fast paths of the append and of the
 history read (`store/_sql/append.py`, `store/_sql/projector.py`), verify's
 in-SQL recompute (`store/_sql/verify.py`), the claim of stale runs (`SKIP
 LOCKED` on Postgres, `store/_sql/runs.py`), and the faces and
-`store/_sql/ops.py`, which pick the fast path that fits the database.
+`store/_db/run.py`, which pick the fast path that fits the database.
 
 SQLite: write transactions begin with `BEGIN IMMEDIATE`, because a deferred
 transaction that reads and then upgrades to a write fails at once with
-SQLITE_BUSY, ignoring `busy_timeout`. To issue our own BEGIN, the driver's
-implicit transaction handling is switched off (`isolation_level = None`) and
-SQLAlchemy's "begin" event emits BEGIN itself: `BEGIN IMMEDIATE` on
-connections marked for writing, a plain (deferred) `BEGIN` for reads.
+SQLITE_BUSY, ignoring `busy_timeout`. A connection marked for writing
+carries the execution option `WRITE`; the engine's "begin" hook
+(`store/_db/engines.py`) reads it.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import select
-import sys
-import threading
-import time
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, TypeVar
+from datetime import UTC, datetime
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy import event
-from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql
-from sqlalchemy.engine import URL, Connection, Dialect, Engine
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ColumnElement
 
-from chatledger.store._errors import ChatledgerError, InvalidInputError
-
 T = TypeVar("T")
 
 __all__ = [
-    "DEFAULT_URL",
-    "GENERIC_PLANS",
-    "DriverConnections",
-    "Durability",
     "InsertingTransaction",
     "commit_order",
-    "create_engine",
-    "cut_off",
-    "database_url",
     "db_now",
     "db_now_plus",
     "for_update",
     "hold_name",
-    "install_sqlite_hooks",
     "is_sqlite",
     "json_text",
     "json_true",
-    "normalize_url",
     "on_cursor",
-    "opening_error",
     "past_cursor",
     "settled_position",
     "snapshot_horizon",
     "sqlite_clock",
     "sqlite_time",
-    "sync_driver_url",
     "time_value",
 ]
 
-DEFAULT_URL = "sqlite:///chatledger.db"
 WRITE = "chatledger_write"
-Durability = Literal["full", "normal"]
-
-
-def database_url(url: str | URL | None) -> URL:
-    """The SQLAlchemy URL to use: `url`, else `CHATLEDGER_DATABASE_URL`, else the default.
-
-    `postgresql://` and `postgres://` URLs get psycopg 3, the Postgres driver
-    chatledger ships with. A URL that cannot be parsed, or that is for a
-    database other than Postgres or SQLite, raises `InvalidInputError`.
-    """
-    where = ""
-    if not url:
-        url = os.environ.get("CHATLEDGER_DATABASE_URL")
-        where = " (from CHATLEDGER_DATABASE_URL)" if url else ""
-    try:
-        parsed = sa.make_url(url or DEFAULT_URL)
-    except sa_exc.ArgumentError as error:
-        # The text is not shown: it may hold a password.
-        raise InvalidInputError(
-            f"The database URL{where} cannot be read as a URL. {_URL_FORMS}"
-        ) from error
-    except ValueError as error:  # SQLAlchemy reads the port with int()
-        raise InvalidInputError(
-            f"The port in the database URL{where} is not a number. Write it in digits "
-            f"(`postgresql://user@host:5432/database`), or leave it out for the default."
-        ) from error
-    if parsed.drivername in ("postgresql", "postgres"):
-        parsed = parsed.set(drivername="postgresql+psycopg")
-    elif parsed.get_backend_name() == "postgres":  # the old alias, with a driver named
-        parsed = parsed.set(drivername=f"postgresql+{parsed.get_driver_name()}")
-    if parsed.get_backend_name() not in ("postgresql", "sqlite"):
-        raise InvalidInputError(
-            f"The database URL{where} {_shown(parsed)} is for "
-            f"'{parsed.get_backend_name()}', but chatledger stores its log in "
-            f"PostgreSQL or SQLite. {_URL_FORMS}"
-        )
-    try:
-        parsed.get_dialect()
-    except sa_exc.NoSuchModuleError as error:
-        raise InvalidInputError(
-            f"The database URL{where} {_shown(parsed)} names '{parsed.drivername}', "
-            f"a driver SQLAlchemy does not know. Leave the driver out (`postgresql://` "
-            f"uses psycopg 3), or name one that SQLAlchemy supports."
-        ) from error
-    return parsed
-
-
-def sync_driver_url(url: URL) -> URL | None:
-    """`url`'s database with the synchronous driver `create_engine` would use for it.
-
-    For an async store's engine, whose URL may name an async driver
-    (`sqlite+aiosqlite`, `postgresql+psycopg_async`): on SQLite it is the
-    standard library's sqlite3, on Postgres psycopg 3. None for an in-memory
-    SQLite database, which a second engine could not reach: it would open a
-    new, empty database of its own.
-    """
-    if url.get_backend_name() == "sqlite":
-        if url.database in (None, "", ":memory:") or url.query.get("mode") == "memory":
-            return None
-        return url.set(drivername="sqlite+pysqlite")
-    return url.set(drivername="postgresql+psycopg")
-
-
-def normalize_url(url: str | None) -> str:
-    """`database_url(url)` as a string, password included."""
-    return database_url(url).render_as_string(hide_password=False)
-
-
-_URL_FORMS = (
-    "Write it as `postgresql://user:password@host:port/database` or `sqlite:///path/to/file.db`."
-)
-
-
-def _shown(url: URL) -> str:
-    return f"'{url.render_as_string(hide_password=True)}'"
+"""The execution option that marks a connection for writing: its transactions begin
+with `BEGIN IMMEDIATE` on SQLite (`store._db.engines.install_sqlite_hooks`)."""
 
 
 def is_sqlite(bind: Engine | Connection) -> bool:
     """Whether `bind` talks to SQLite."""
     return bind.dialect.name == "sqlite"
-
-
-def create_engine(
-    url: str | URL | None = None, *, durability: Durability = "full", busy_timeout: float = 30.0
-) -> Engine:
-    """An engine for `url` with chatledger's connection settings."""
-    url = database_url(url)
-    if url.get_backend_name() == "sqlite":
-        # The store's driver connections are used from whichever thread runs
-        # the operation (an AsyncStore's worker threads, say), so sqlite3 must
-        # not tie them to the thread that opened them. SQLAlchemy turns the
-        # check off for file databases already; this keeps it off for a URL
-        # that asks otherwise.
-        engine = sa.create_engine(
-            url, connect_args={"timeout": busy_timeout, "check_same_thread": False}
-        )
-        install_sqlite_hooks(engine, durability=durability, busy_timeout=busy_timeout)
-        return engine
-    # No pre-ping, which costs a round trip on every checkout; `cut_off` costs
-    # a poll of the socket (docs/adr/0012-connection-faults.md). pool_recycle
-    # retires connections before typical idle timeouts close them.
-    engine = sa.create_engine(url, pool_size=10, max_overflow=20, pool_recycle=1800)
-    event.listen(engine, "checkout", _replace_if_cut_off)
-    return engine
-
-
-def cut_off(dbapi_connection: Any) -> bool:
-    """Whether the server has closed an idle Postgres connection, found without a round trip.
-
-    An idle connection has nothing to read. When the server ends it (it was
-    terminated, shut down, or idle too long) it sends a last error message
-    and closes the socket, so the socket turns readable: a zero-timeout poll
-    sees that. It cannot see a connection cut off silently (a network path
-    gone); that one fails the operation that uses it.
-    """
-    if getattr(dbapi_connection, "closed", False):
-        return True
-    fileno = getattr(dbapi_connection, "fileno", None)
-    if fileno is None:  # a driver that does not show its socket
-        return False
-    fd = fileno()
-    if sys.platform == "win32":
-        return bool(select.select([fd], [], [], 0)[0])
-    poll = select.poll()
-    poll.register(fd, select.POLLIN)
-    return bool(poll.poll(0))
-
-
-def _replace_if_cut_off(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
-    # The pool's protocol: it closes this connection and opens another, and the
-    # operation runs on that one, before any statement was sent on this one.
-    if cut_off(dbapi_connection):
-        raise sa_exc.DisconnectionError("The server closed the connection while it was idle.")
-
-
-def install_sqlite_hooks(
-    engine: Engine, *, durability: Durability = "full", busy_timeout: float = 30.0
-) -> None:
-    """Pragmas and BEGIN handling on every connection of a SQLite `engine`."""
-    synchronous = "FULL" if durability == "full" else "NORMAL"
-
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-        dbapi_connection.isolation_level = None
-        # SQLite's own clock has millisecond resolution; the host's (the
-        # embedded database's clock) has microseconds, so events recorded in
-        # one millisecond still get distinct, ordered timestamps.
-        dbapi_connection.create_function("chatledger_now", 0, _sqlite_now)
-        dbapi_connection.create_function("chatledger_now_plus", 1, _sqlite_now_plus)
-        cursor = dbapi_connection.cursor()
-        try:
-            cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.execute("PRAGMA foreign_keys=ON")
-            cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout * 1000)}")
-            cursor.execute(f"PRAGMA synchronous={synchronous}")
-        finally:
-            cursor.close()
-
-    @event.listens_for(engine, "begin")
-    def _on_begin(conn: Connection) -> None:
-        # Straight to the driver: SQLAlchemy's statement machinery would cost
-        # more than SQLite's BEGIN, on every operation.
-        statement = "BEGIN IMMEDIATE" if conn.get_execution_options().get(WRITE) else "BEGIN"
-        on_cursor(conn, lambda cursor: cursor.execute(statement))
 
 
 def on_cursor(conn: Connection, fn: Callable[[Any], T], /) -> T:
@@ -252,180 +71,6 @@ def on_cursor(conn: Connection, fn: Callable[[Any], T], /) -> T:
         return fn(cursor)
     finally:
         cursor.close()
-
-
-# The store's own Postgres connections run a fixed set of statements, each
-# reading or writing by key (a conversation's rows, a key's row), with no
-# range, page or list of varying shape. Once psycopg prepares one (its sixth
-# run), Postgres plans it afresh for five more runs, and then on a partitioned
-# log for every run: a generic plan's estimate counts every partition, a
-# custom plan's only the one its values select, so the custom plan always
-# looks cheaper, and the head read was re-planned on every call. A generic
-# plan is planned once per connection and still reads one partition:
-# Postgres prunes the others when the executor starts, from the bound values
-# (docs/adr/0030-generic-plans-on-the-store-connections.md).
-GENERIC_PLANS = "SET plan_cache_mode = force_generic_plan"
-
-
-class DriverConnections:
-    """Driver connections of the store's own, for operations written in plain SQL.
-
-    Each is checked out of the engine's pool once and detached from it
-    (`_ConnectionFairy.detach`), so it carries the engine's connect-time
-    settings (the hooks above) but costs no pool bookkeeping per use: taking
-    an idle one is a list pop. A chat-loop append spends less time in the
-    database's own work than a pool checkout, SQLAlchemy's `Connection` and
-    result machinery took around it.
-
-    At most `size` exist at once, idle or in use; when all are in use, `run`
-    declines (returns `(False, None)`) and the caller takes the pool's path,
-    where the pool's own limits and timeout apply. None is kept longer than
-    `recycle` seconds (the pool's `pool_recycle`), and on Postgres none the
-    server has closed meanwhile is handed out (`cut_off`). A connection that
-    saw an error is closed; one that was cut off (the server restarted, say)
-    also closes every idle one, since they are likely cut off too, as the pool
-    invalidates itself on a disconnect. Connections are closed directly, not
-    through the pool's reset: a rollback on a connection the server has
-    closed fails, and the pool would log that with a traceback.
-
-    On SQLite, `run` wraps the function in `BEGIN IMMEDIATE` (a write) or
-    `BEGIN`, and `COMMIT`; on Postgres the connections are in autocommit mode,
-    with generic plans (`GENERIC_PLANS`), and the function runs one
-    self-contained statement.
-    """
-
-    def __init__(self, engine: Engine, size: int = 8, recycle: float = 1800.0) -> None:
-        self._engine = engine
-        self._sqlite = is_sqlite(engine)
-        self._recycle = recycle
-        self._idle: list[tuple[float, Any]] = []
-        self._slots = threading.BoundedSemaphore(size)
-        self._pid = os.getpid()
-        self._closed = False
-
-    def run(self, write: bool, fn: Callable[[Any], T | None]) -> tuple[bool, T | None]:
-        """`fn(cursor)` in its own transaction, committed unless it returns None or raises.
-
-        Returns (False, None) without running it when every connection is in use.
-        """
-        if not self._slots.acquire(blocking=False):
-            return False, None
-        try:
-            born, fairy = self._take()
-            healthy = False
-            try:
-                dbapi = fairy.dbapi_connection
-                cursor = dbapi.cursor()
-                try:
-                    if not self._sqlite:
-                        done = fn(cursor)  # one statement, atomic by itself
-                    else:
-                        cursor.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-                        try:
-                            done = fn(cursor)
-                            cursor.execute("ROLLBACK" if done is None else "COMMIT")
-                        except BaseException:
-                            dbapi.rollback()
-                            raise
-                finally:
-                    cursor.close()
-                healthy = True
-                return True, done
-            except ChatledgerError:
-                healthy = True  # the operation's own refusal: the connection is fine
-                raise
-            finally:
-                self._give(born, fairy, healthy)
-        finally:
-            self._slots.release()
-
-    def close(self) -> None:
-        """Close the idle connections; those in use close when they come back."""
-        self._closed = True
-        self._drop_idle()
-
-    def _drop_idle(self) -> None:
-        while True:
-            try:
-                _, idle = self._idle.pop()
-            except IndexError:
-                return
-            _close(idle)
-
-    def _take(self) -> tuple[float, Any]:
-        if os.getpid() != self._pid:  # a forked child must not share its parent's
-            self._idle, self._pid = [], os.getpid()
-        while True:
-            try:
-                born, idle = self._idle.pop()
-            except IndexError:
-                break
-            if time.monotonic() - born < self._recycle and (
-                self._sqlite or not cut_off(idle.dbapi_connection)
-            ):
-                return born, idle
-            _close(idle)
-        fairy = self._connect()
-        for _ in range(2):  # only for an engine of the caller's: ours checks on checkout
-            if self._sqlite or not cut_off(fairy.dbapi_connection):
-                break
-            fairy.invalidate()
-            fairy = self._connect()
-        fairy.detach()
-        if not self._sqlite:
-            dialect = self._engine.dialect
-            try:
-                fairy.dbapi_connection.autocommit = True
-                fairy.dbapi_connection.execute(GENERIC_PLANS)
-            except dialect.loaded_dbapi.Error as error:  # nothing of the caller's ran
-                _close(fairy)
-                raise opening_error(dialect, error) from error
-            except BaseException:
-                _close(fairy)
-                raise
-        return time.monotonic(), fairy
-
-    def _connect(self) -> Any:
-        """A connection from the engine's pool; the driver's error wrapped if none opens.
-
-        Wrapped as SQLAlchemy wraps it on its own checkout, so that a connection
-        that could not be opened is told apart from one that broke in use, whose
-        errors `run` passes on unwrapped (see `store._sql.translate`).
-        """
-        dbapi_error: type[Exception] = self._engine.dialect.loaded_dbapi.Error
-        try:
-            return self._engine.raw_connection()
-        except dbapi_error as error:
-            raise opening_error(self._engine.dialect, error) from error
-
-    def _give(self, born: float, fairy: Any, healthy: bool) -> None:
-        if healthy and not self._closed:
-            self._idle.append((born, fairy))
-            if self._closed:  # closed meanwhile
-                self._drop_idle()
-            return
-        dbapi = fairy.dbapi_connection
-        lost = bool(getattr(dbapi, "closed", False) or getattr(dbapi, "broken", False))
-        _close(fairy)
-        if lost:
-            self._drop_idle()
-
-
-def opening_error(dialect: Dialect, error: Exception) -> sa_exc.StatementError:
-    """A driver's `error` in opening or setting up a connection, wrapped as SQLAlchemy
-    wraps it on its own checkout: told apart from an error on a connection in
-    use, after which a write may have committed (`store._sql.translate`)."""
-    dbapi_error: type[Exception] = dialect.loaded_dbapi.Error
-    return sa_exc.DBAPIError.instance(None, None, error, dbapi_error, dialect=dialect)
-
-
-def _close(fairy: Any) -> None:
-    """Close a detached connection without the pool's reset (see `DriverConnections`)."""
-    # Closing a connection has nothing to report: one the server already
-    # closed may complain, which says nothing new, and a transaction still
-    # open is rolled back by the server.
-    with contextlib.suppress(Exception):
-        fairy.dbapi_connection.close()
 
 
 def sqlite_clock() -> datetime:
@@ -438,14 +83,6 @@ def sqlite_time(moment: datetime) -> str:
     UTC, which orders as time does."""
     # isoformat is several times faster than strftime, and writes the same.
     return moment.astimezone(UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
-
-
-def _sqlite_now() -> str:
-    return sqlite_time(sqlite_clock())
-
-
-def _sqlite_now_plus(seconds: float) -> str:
-    return sqlite_time(sqlite_clock() + timedelta(seconds=seconds))
 
 
 def db_now(bind: Engine | Connection) -> ColumnElement[Any]:

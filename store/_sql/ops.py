@@ -3,7 +3,9 @@
 An operation is a function over one open transaction (`fn`), plus, where one
 exists, a plain-SQL form for each backend that is tried first on a driver
 connection (`postgres`, `sqlite`; see `store._sql.append`). `run_fast` and
-`in_transaction` are the tiers `Store.execute` and `AsyncStore.execute` walk.
+`in_transaction` are the tiers `Store.execute` and `AsyncStore.execute` walk
+(`general`, which runs them on an engine's pooled connection, is
+`store._db.run`'s).
 Whether an operation may run on a read replica is its own property too
 (`replica`): the faces only follow it.
 
@@ -18,16 +20,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection
 
-from chatledger.store._sql.dialect import WRITE, is_sqlite, on_cursor
+from chatledger.store._sql.dialect import is_sqlite, on_cursor
 
 __all__ = [
     "AsyncExecutor",
     "Executor",
     "Op",
     "Sealing",
-    "general",
     "in_transaction",
     "run_fast",
 ]
@@ -62,7 +63,7 @@ class Op(Generic[T]):
     replica: bool = False
     """Whether it tolerates staleness: a read whose answer may lag the
     primary by the replication delay, so a store opened with read replicas
-    runs it on one (`store._sql.replicas`), and on the primary only when no
+    runs it on one (`store._db.replicas`), and on the primary only when no
     replica answers. Such a read returns a value, never None. False, the
     default, for every write and for every read that must see what its
     caller just wrote; a write is never `replica`."""
@@ -133,18 +134,3 @@ def in_transaction(conn: Connection, op: Op[T], *, fast: bool = True) -> T:
         if done is not None:
             return done
     return op.fn(conn)
-
-
-def general(engine: Engine, op: Op[T], /, *, fast: bool, tried: bool) -> T:
-    """`op` on a pooled connection of `engine`: its Postgres form in autocommit unless
-    its plain-SQL form was `tried` already, then its own transaction (`BEGIN
-    IMMEDIATE` for a write on SQLite) with the SQLite form first unless tried."""
-    with engine.connect() as conn:
-        if fast and op.postgres is not None and not tried and not is_sqlite(conn):
-            done = run_fast(conn, op.postgres)
-            if done is not None:
-                return done
-        if op.write:
-            conn.execution_options(**{WRITE: True})
-        with conn.begin():
-            return in_transaction(conn, op, fast=fast and not tried)

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from chatledger.store import EncryptionError
-from chatledger.store._sql.dialect import DriverConnections, create_engine, cut_off, normalize_url
+from chatledger.store._db.engines import DriverConnections, create_engine, cut_off, normalize_url
 from tests.conftest import _libpq, postgres_admin_url
 
 

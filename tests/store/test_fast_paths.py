@@ -31,7 +31,7 @@ from chatledger.store import (
     Store,
     ToolCall,
 )
-from chatledger.store._sql.tail import NOTIFIER_THREAD
+from chatledger.store._db.tail import NOTIFIER_THREAD
 from chatledger.store.ids import is_id, new_id
 from chatledger.store.schema import branches, conversations, events, view_entries
 

@@ -1,5 +1,5 @@
 """`AsyncStore`'s own psycopg async connections, which run the Postgres fast paths on
-the event loop (store/_sql/native.py, ADR 0026).
+the event loop (store/_db/native.py, ADR 0026).
 
 The same rules as the synchronous `DriverConnections` (tests/store/test_driver_connections.py),
 plus what only an event loop has: an operation cancelled mid-statement.
@@ -20,8 +20,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 import chatledger.store._async as async_face
 from chatledger.store import AsyncStore, EncryptionError, Message
-from chatledger.store._sql.dialect import normalize_url
-from chatledger.store._sql.native import AsyncDriverConnections, await_only
+from chatledger.store._db.engines import normalize_url
+from chatledger.store._db.native import AsyncDriverConnections, await_only
 from tests.conftest import _libpq, postgres_admin_url
 from tests.store.test_driver_connections import end_session
 

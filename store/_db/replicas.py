@@ -41,9 +41,10 @@ import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, Engine
 
+from chatledger.store._db.engines import create_engine, database_url, sync_driver_url
+from chatledger.store._db.run import general
 from chatledger.store._errors import ChatledgerError, InvalidInputError, StorageError
-from chatledger.store._sql.dialect import create_engine, database_url, sync_driver_url
-from chatledger.store._sql.ops import Op, general
+from chatledger.store._sql.ops import Op
 from chatledger.store._sql.translate import translating
 
 __all__ = ["CONNECT_TIMEOUT", "RETRY_AFTER", "Replicas", "check_replicas"]

@@ -25,8 +25,8 @@ import psycopg
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
+from chatledger.store._db.engines import GENERIC_PLANS, cut_off, opening_error
 from chatledger.store._errors import ChatledgerError
-from chatledger.store._sql.dialect import GENERIC_PLANS, cut_off, opening_error
 
 try:  # SQLAlchemy 2.1 names it `await_`, and deprecates `await_only`
     from sqlalchemy.util import await_ as await_only
@@ -78,7 +78,7 @@ class _AwaitingCursor:
 class AsyncDriverConnections:
     """psycopg async connections of the store's own, for the Postgres fast paths.
 
-    The async twin of `store._sql.dialect.DriverConnections`, with its rules:
+    The async twin of `store._db.engines.DriverConnections`, with its rules:
     each connection is checked out of the async engine's pool once and
     detached (so it carries what the engine's connect does), kept in
     autocommit mode (a fast path's statement is atomic by itself) with
@@ -188,7 +188,7 @@ class AsyncDriverConnections:
 
 
 async def _close(fairy: Any) -> None:
-    """Close a detached connection directly (see `store._sql.dialect._close`)."""
+    """Close a detached connection directly (see `store._db.engines._close`)."""
     with contextlib.suppress(Exception):
         await _driver(fairy).close()
 
