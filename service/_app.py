@@ -97,7 +97,10 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
         422: "The request is malformed, or the guard refused the question.",
         500: "The run failed; `resume` names the run to resume.",
         502: "The model failed; `resume` names the run to resume.",
-        503: "The database is not migrated to this version.",
+        503: (
+            "The database is not migrated to this version, or the service lacks the key "
+            "its sealed content needs."
+        ),
     }.items()
 }
 

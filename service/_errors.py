@@ -25,6 +25,7 @@ from chatledger.service._models import ErrorBody, ErrorDetail
 from chatledger.store import (
     ChatledgerError,
     ConflictError,
+    EncryptionError,
     InvalidInputError,
     NotFoundError,
     SchemaError,
@@ -82,6 +83,13 @@ def http_message(error: ChatledgerError) -> str:
             f"There is no {error.kind} '{error.ident}' for your API key's tenant. Check the "
             f"id; a {error.kind} made with another tenant's key is not visible with this one."
         )
+    if isinstance(error, EncryptionError):
+        # The store's sentence is for whoever runs the service (a key, a package).
+        return (
+            "The service cannot open or seal this content: it is not running with the "
+            "key-encryption key the content was sealed under. Nothing was written; ask its "
+            "operator to start it with that key (CHATLEDGER_KEK)."
+        )
     return sentence(str(error))
 
 
@@ -89,14 +97,16 @@ def store_status(error: ChatledgerError) -> int:
     """The status of a request the store refused, by the kind of its error.
 
     Another tenant's id is a 404 exactly like a missing one, because the
-    store refuses both alike; a database without chatledger's tables is a
-    503 on every route, as it is no fault of the request.
+    store refuses both alike; a database without chatledger's tables, and a
+    store without the key its sealed content needs, are a 503, as they are no
+    fault of the request.
     """
     for kind, status in (
         (NotFoundError, 404),
         (InvalidInputError, 422),
         (ConflictError, 409),
         (SchemaError, 503),
+        (EncryptionError, 503),
     ):
         if isinstance(error, kind):
             return status
@@ -116,16 +126,18 @@ def run_failure(error: RunError, resumable: bool) -> tuple[int, ErrorDetail]:
     that failed is an upstream failure (502); a run that completed after
     another writer moved the head is a conflict (409: ask again); a
     database that lost chatledger's tables is unavailable (503), wherever
-    the run was; every other stage is ours (500). `resume` only when
+    the run was, and so is a store without the key the conversation's sealed
+    content needs; every other stage is ours (500). `resume` only when
     `resumable` (the log holds the run, and a resume can move the head).
     """
-    if isinstance(error.__cause__, SchemaError):
+    cause = error.__cause__
+    if isinstance(cause, SchemaError | EncryptionError):
         status = 503
     else:
         status = {"guard": 422, "model": 502, "conflict": 409}.get(error.stage, 500)
     return status, ErrorDetail(
         type={409: "conflict", 503: "unavailable"}.get(status, "run_failed"),
-        message=sentence(str(error)),
+        message=http_message(cause) if isinstance(cause, EncryptionError) else sentence(str(error)),
         stage=error.stage,
         run_id=error.run_id,
         conversation_id=error.conversation_id or None,

@@ -233,6 +233,25 @@ async def test_a_failed_run_names_its_stage_and_the_run_to_resume(
     assert ledger.history(error["conversationId"])[-1].text == "Back up."
 
 
+async def test_sealed_content_without_the_key_is_a_503_in_the_apis_words(
+    client_for: Client, database_url: str, tenants: Tenants
+) -> None:
+    with Store.open(database_url, kek=bytes(range(32))) as sealing:
+        sealed = sealing.tenant(tenants.a).create_conversation(metadata={"title": "private"})
+        client = client_for(weather_agent())  # its store has no key-encryption key
+        before = written(sealing, tenants.a)
+        for method, path, body in [
+            ("GET", "/v1/conversations", None),
+            ("GET", f"/v1/conversations/{sealed.id}", None),
+            ("POST", "/v1/ask", {"question": "q", "conversationId": sealed.id}),
+        ]:
+            response = await client.request(method, path, json=body)
+            error = response.json()["error"]
+            assert (response.status_code, error["type"]) == (503, "unavailable"), response.text
+            assert "CHATLEDGER_KEK" in error["message"] and "Store.open" not in error["message"]
+        assert written(sealing, tenants.a) == before
+
+
 async def test_a_sealed_runs_error_reads_opened_and_then_erased(
     client_for: Client, database_url: str, tenants: Tenants, monkeypatch: pytest.MonkeyPatch
 ) -> None:
