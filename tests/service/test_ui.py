@@ -210,10 +210,12 @@ def test_hostile_content_renders_as_text(browser: Browser, database_url: str) ->
             "/ui/",
             f"/ui/conversations/{conversation}",
             f"/ui/conversations/{conversation}?raw=true",
+            f"/ui/conversations/{conversation}/branches",
+            f"/ui/conversations/{conversation}/verify",
         ):
             page.goto(server.url + path)
             text = page.locator("main").inner_text()
-            assert HOSTILE[0] in text
+            assert HOSTILE[0] in text, path  # the title, as text
             assert page.evaluate("window.__pwned") is None
             assert page.locator("main script, main img, main svg").count() == 0
             hrefs = page.eval_on_selector_all(
