@@ -531,9 +531,7 @@ class Operations:
         at a committed position never changes, so the report is that of the append.
         """
         cid, events = done.conversation_id, done.events
-        if not events:
-            return done
-        first = events[0]
+        first = events[0]  # an append writes at least one event: a message or the state
         # The point the messages follow: before the append's first event, or the
         # creation of the conversation or branch it opens with (no message).
         branch_id = first.branch_id
@@ -542,9 +540,10 @@ class Operations:
             position -= 1
         if not messages:
             # A state change alone: the tail is the one it follows, one event on.
-            kept = None if self._tails is None else self._tails.get(self.tenant, cid)
-            if self._tails is not None and kept is not None and kept[:2] == (branch_id, position):
-                self._tails.put(self.tenant, cid, (branch_id, events[-1].position, kept[2]))
+            if self._tails is not None:
+                kept = self._tails.get(self.tenant, cid)
+                if kept is not None and kept[:2] == (branch_id, position):
+                    self._tails.put(self.tenant, cid, (branch_id, events[-1].position, kept[2]))
             return done
         appended = [m if isinstance(m, Message) else load_message(m) for m in messages]
         tail: _tails.Tail | None = None

@@ -80,11 +80,7 @@ def blocks(page: Path) -> list[Block]:
 ALL = [block for page in PAGES for block in blocks(page)]
 
 
-RUN = [
-    b
-    for b in ALL
-    if b.language in RUNNABLE and not (b.marker or "").startswith("not run")
-]
+RUN = [b for b in ALL if b.language in RUNNABLE and not (b.marker or "").startswith("not run")]
 """Every block the test runs, each alone."""
 
 
@@ -118,11 +114,7 @@ def snippet_env(database_url: str | None) -> dict[str, str]:
 
 def run_page_python(page: str, where: Path) -> str:
     """Run every runnable Python example of `page` as one program in `where`; its stdout."""
-    code = "\n".join(
-        b.code
-        for b in blocks(ROOT / "docs" / page)
-        if b.language == "python" and not (b.marker or "").startswith("not run")
-    )
+    code = "\n".join(b.code for b in RUN if b.page == page and b.language == "python")
     proc = subprocess.run(
         [sys.executable, "-c", code],
         cwd=where,

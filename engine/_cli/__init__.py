@@ -197,7 +197,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--limit", type=_count(1, 10_000), default=50, help="how many (default 50)")
     p.add_argument(
-        "--before", type=canonical_id, metavar="ID", help="only those older than this one (the next page)"
+        "--before",
+        type=canonical_id,
+        metavar="ID",
+        help="only those older than this one (the next page)",
     )
 
     p = command(
@@ -211,7 +214,10 @@ def _parser() -> argparse.ArgumentParser:
         "the tenant's newest one is shown (`chatledger conversations` lists them all)."
     )
     p.add_argument(
-        "conversation", type=canonical_id, nargs="?", help="the conversation id (default: the newest)"
+        "conversation",
+        type=canonical_id,
+        nargs="?",
+        help="the conversation id (default: the newest)",
     )
     p.add_argument("--at", help="a position on the head's lineage, or an ISO timestamp")
     p.add_argument("--raw", action="store_true", help="as recorded, without repair")
@@ -349,7 +355,9 @@ def _parser() -> argparse.ArgumentParser:
         metavar="CURSOR",
         help="resume after this cursor (the `after` a --json line printed)",
     )
-    p.add_argument("--conversation", type=canonical_id, metavar="ID", help="only this conversation's events")
+    p.add_argument(
+        "--conversation", type=canonical_id, metavar="ID", help="only this conversation's events"
+    )
     p.add_argument("--follow", action="store_true", help="keep printing events as they commit")
     p.add_argument(
         "--json",
@@ -379,7 +387,10 @@ def _parser() -> argparse.ArgumentParser:
         "SQLite or Postgres. See docs/export.md."
     )
     p.add_argument(
-        "--conversation", type=canonical_id, metavar="ID", help="only this conversation (and its sources)"
+        "--conversation",
+        type=canonical_id,
+        metavar="ID",
+        help="only this conversation (and its sources)",
     )
     p.add_argument("--output", "-o", metavar="FILE", help="write to FILE (default: stdout)")
     p.epilog = "--json prints the report on stdout, so it takes --output."
@@ -426,8 +437,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--keys",
-        help="ask for an API key of this key file, and show its tenant (default: no key, "
-        "--tenant)",
+        help="ask for an API key of this key file, and show its tenant (default: no key, --tenant)",
     )
     p.add_argument("--host", default="127.0.0.1", help="the address to listen on")
     p.add_argument("--port", type=_count(0, 65535), default=8001, help="the port (0: any free)")
