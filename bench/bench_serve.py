@@ -535,7 +535,7 @@ def check_log(url: str, tenant: str, tally: Tally) -> None:
     """Each acknowledged run: in the log, completed, its last assistant text the answer."""
     with Store.open(url) as store:
         ledger = store.tenant(tenant)
-        runs = {r.id: r for r in ledger.runs(limit=2**31 - 1)}
+        runs = {r.id: r for r in ledger.runs.recent(limit=2**31 - 1)}
         last_text: dict[str, str] = {}
         for event in ledger.events():
             if event.kind == "message.recorded" and event.run_id is not None:

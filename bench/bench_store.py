@@ -441,8 +441,8 @@ def branchy(ledger: Ledger, branches: int, messages: int) -> str:
     cycle = Cycle()
     for _ in range(branches):
         ledger.append_messages(conv, [MESSAGES[i] for i in cycle.next(per)])
-        cursor = ledger.start_run(conv, owner="bench")
-        ledger.fail_run(cursor, stage="model", error="bench: a failed run along the way")
+        cursor = ledger.runs.start(conv, owner="bench")
+        ledger.runs.fail(cursor, stage="model", error="bench: a failed run along the way")
     return conv
 
 

@@ -26,7 +26,6 @@ from dataclasses import replace
 from typing import Any, Protocol, TypeVar
 
 from chatledger.engine._errors import FailureStage, Partial, RunError
-from chatledger.engine._ledger import LedgerLike
 from chatledger.engine._telemetry import RunSpans, record_outcome, record_response, record_result
 from chatledger.engine._values import (
     Guard,
@@ -63,6 +62,9 @@ from chatledger.store import (
     normalize_history,
     sanitize_history,
 )
+from chatledger.store._sealing import Program
+from chatledger.store._sql.ops import Op
+from chatledger.store._steps import Steps
 from chatledger.store.history import ModelView, instructions_digest, model_view, no_result
 from chatledger.store.ids import is_id, new_id
 
@@ -128,16 +130,16 @@ class RunAgent(RequestOptions, Protocol):
 class Run:
     """The state of one run while it executes.
 
-    `ledger` is the ledger as it is: a call on it raises what the ledger
-    raises, for the failure path to handle. The run's own steps go through
-    `_store_step`, which turns a ledger failure into a failure at stage
-    `store`.
+    `steps` runs the tenant's store operations (`steps.ops`): one raises what
+    the store raises, for the failure path to handle. The run's own steps go
+    through `_store_step`, which turns a store failure into a failure at
+    stage `store`.
     """
 
     def __init__(
         self,
         agent: RunAgent,
-        ledger: LedgerLike,
+        steps: Steps,
         prompt: str,
         conversation_id: str | None,
         history: Sequence[tuple[str, str]] | Sequence[Message] | None,
@@ -152,7 +154,8 @@ class Run:
     ) -> None:
         self.agent = agent
         self.resumes = resumes
-        self.ledger = ledger
+        self.steps = steps
+        self.ops = steps.ops
         self.prompt = prompt
         self.explicit_conversation_id = conversation_id
         self.supplied = _supplied(history)
@@ -228,7 +231,7 @@ class Run:
             await asyncio.sleep(interval)
             assert self.cursor is not None
             try:
-                await self.ledger.renew_lease(self.cursor, self.lease_seconds)
+                await self.steps.run(self.ops.renew_lease(self.cursor, self.lease_seconds))
             except ChatledgerError:
                 return  # lost: the run's next append is refused and reports it
 
@@ -310,7 +313,7 @@ class Run:
         # this one could only conflict when it completes, so it is refused
         # before it writes.
         self.cursor = await self._store_step(
-            self.ledger.start_run(
+            self.ops.start_run(
                 self.conversation_id,
                 owner=self.owner,
                 run_id=self.run_id,
@@ -344,7 +347,7 @@ class Run:
         try:
             # Position 1 of the head's lineage: a read that costs nothing, and
             # raises NotFoundError alike for a missing and a foreign id.
-            await self._store_step(self.ledger.history(named, at=1, repaired=False))
+            await self._store_step(self.ops.history(named, at=1, repaired=False))
         except NotFoundError:
             return None
         return named
@@ -352,11 +355,11 @@ class Run:
     async def _open_resume(self) -> None:
         """Continue a failed run on a resume branch at its partial's cut."""
         assert self.resumes is not None
-        failed = await self._store_step(self.ledger.run(self.resumes))
+        failed = await self._store_step(self.ops.run(self.resumes))
         self.conversation_id = failed.conversation_id
         at = Position(failed.branch_id, failed.position)
         partial = await self._store_step(
-            self.ledger.history(self.conversation_id, at=at, repaired=False)
+            self.ops.history(self.conversation_id, at=at, repaired=False)
         )
         prompt = next((m for m in reversed(partial) if m.role == "user"), None)
         if prompt is None:
@@ -373,7 +376,7 @@ class Run:
             RunContext(self.run_id, self.conversation_id, self.prompt)
         )
         self.cursor = await self._store_step(
-            self.ledger.start_run(
+            self.ops.start_run(
                 self.conversation_id,
                 owner=self.owner,
                 run_id=self.run_id,
@@ -389,7 +392,7 @@ class Run:
         assert self.cursor is not None
         at = Position(self.cursor.branch_id, self.cursor.position)
         replayed = await self._store_step(
-            self.ledger.history(self.conversation_id, at=at, repaired=False)
+            self.ops.history(self.conversation_id, at=at, repaired=False)
         )
         # The prompt is the last user message of the run's own lineage: the one
         # recorded with run.started, or for a resume the failed run's (whose
@@ -504,7 +507,7 @@ class Run:
         assert self.cursor is not None
         self.stage = "store"
         await self._store_step(
-            self.ledger.complete_run(
+            self.ops.complete_run(
                 self.cursor,
                 usage=self.usage,
                 request_count=self.requests,
@@ -514,7 +517,7 @@ class Run:
         return await self._result()
 
     async def _result(self) -> Result:
-        messages = await self._store_step(self.ledger.history(self.conversation_id))
+        messages = await self._store_step(self.ops.history(self.conversation_id))
         output = next((m.text for m in reversed(self.turns) if m.role == "assistant"), "")
         return Result(
             run_id=self.run_id,
@@ -530,16 +533,17 @@ class Run:
 
     # -- recording ----------------------------------------------------------------------
 
-    async def _store_step(self, call: Awaitable[T]) -> T:
-        """Await a ledger call that is a step of the run; its failure is the run's, at stage `store`.
+    async def _store_step(self, step: Op[T] | Program[T]) -> T:
+        """Run a store operation that is a step of the run; its failure is the run's, at
+        stage `store`.
 
         A refusal of the caller's request (an unknown conversation, a run
-        already resumed, ...) passes through as the ledger raised it, and
-        the failure path (`_fail`) calls `self.ledger` directly, since it
-        handles the ledger's errors itself.
+        already resumed, ...) passes through as the store raised it, and
+        the failure path (`_fail`) runs its operations directly, since it
+        handles the store's errors itself.
         """
         try:
-            return await call
+            return await self.steps.run(step)
         except _REFUSALS:
             raise
         except ChatledgerError as error:
@@ -553,9 +557,7 @@ class Run:
         """
         async with self.lock:
             assert self.cursor is not None
-            append = asyncio.ensure_future(
-                self._store_step(self.ledger.record(self.cursor, events))
-            )
+            append = asyncio.ensure_future(self._store_step(self.ops.record(self.cursor, events)))
             try:
                 _, self.cursor = await asyncio.shield(append)
             except asyncio.CancelledError:
@@ -592,7 +594,7 @@ class Run:
         if self.cursor is None:
             try:
                 # start_run may have committed although its answer was lost.
-                run = await self.ledger.run(self.run_id)
+                run = await self.steps.run(self.ops.run(self.run_id))
             except ChatledgerError:
                 return self._error(stage, text, None, recorded=False)
             if run.lease_owner != self.owner:
@@ -603,32 +605,34 @@ class Run:
         try:
             if canceled:
                 await self._close_unanswered()
-            run = await self.ledger.run(self.run_id)
+            run = await self.steps.run(self.ops.run(self.run_id))
             if run.status == "completed":
                 # The completion committed although its acknowledgement was lost.
                 raise _Completed()
-            events = await self.ledger.events(run_id=self.run_id)
+            events = await self.steps.run(self.ops.events(run_id=self.run_id))
             responded = [e for e in events if e.kind == "model.responded"]
             usage = sum((Usage.model_validate(e.payload["usage"]) for e in responded), Usage())
             tools = sum(1 for e in events if e.kind == "tool.finished")
             position = run.position
             if run.status == "running":
                 cursor = replace(self.cursor, position=run.position)
-                await self.ledger.fail_run(
-                    cursor,
-                    stage=stage,
-                    # An exception's text may hold a NUL, which no text column takes.
-                    error=text[:4000].replace("\x00", "\ufffd"),
-                    usage=usage,
-                    request_count=len(responded),
-                    tool_count=tools,
-                    canceled=canceled,
+                await self.steps.run(
+                    self.ops.fail_run(
+                        cursor,
+                        stage=stage,
+                        # An exception's text may hold a NUL, which no text column takes.
+                        error=text[:4000].replace("\x00", "\ufffd"),
+                        usage=usage,
+                        request_count=len(responded),
+                        tool_count=tools,
+                        canceled=canceled,
+                    )
                 )
                 position += 1
             partial = None
             if responded:
                 at = Position(self.cursor.branch_id, position)
-                messages = await self.ledger.history(self.conversation_id, at=at)
+                messages = await self.steps.run(self.ops.history(self.conversation_id, at=at))
                 partial = Partial(messages, usage, len(responded), tools)
         except _Completed:
             raise

@@ -18,7 +18,6 @@ import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from chatledger.engine._ledger import as_async
 from chatledger.engine._run import Run
 from chatledger.engine._values import (
     Guard,
@@ -35,6 +34,7 @@ from chatledger.engine._values import (
 from chatledger.engine.providers import DeltaCallback, Model
 from chatledger.engine.tools import Tool
 from chatledger.store import AsyncLedger, HistoryProcessor, Ledger, Message, RunCursor
+from chatledger.store._steps import Steps
 from chatledger.store.history import instructions_digest
 
 __all__ = ["Agent", "Hit", "Result", "RunContext", "Source"]
@@ -164,7 +164,7 @@ class Agent:
                 was refused before a run began).
         """
         return await Run(
-            self, as_async(ledger), prompt, conversation_id, history, run_id, owner, lease_seconds
+            self, Steps(ledger), prompt, conversation_id, history, run_id, owner, lease_seconds
         ).execute()
 
     async def run_stream_async(
@@ -210,7 +210,7 @@ class Agent:
         """
         return await Run(
             self,
-            as_async(ledger),
+            Steps(ledger),
             prompt,
             conversation_id,
             history,
@@ -258,7 +258,7 @@ class Agent:
             owner: the lease owner recorded on the run.
         """
         return await Run(
-            self, as_async(ledger), prompt, conversation_id, list(history), run_id, owner, 60.0
+            self, Steps(ledger), prompt, conversation_id, list(history), run_id, owner, 60.0
         ).execute()
 
     async def resume_async(
@@ -294,7 +294,7 @@ class Agent:
                 minted.
         """
         return await Run(
-            self, as_async(ledger), "", None, None, new_run_id, owner, lease_seconds, resumes=run_id
+            self, Steps(ledger), "", None, None, new_run_id, owner, lease_seconds, resumes=run_id
         ).execute()
 
     def resume(

@@ -124,10 +124,10 @@ class ResumeWorker:
         run is resumed with `Agent.resume`. A completed run raises
         `store.RunStateError`, as does any run the store will not resume.
         """
-        run = await asyncio.to_thread(ledger.run, run_id)
+        run = await asyncio.to_thread(ledger.runs.get, run_id)
         if run.status == "running":
             claimed = await asyncio.to_thread(
-                ledger.claim_stale_runs,
+                ledger.runs.claim_stale,
                 owner=self.owner,
                 limit=1,
                 lease_seconds=self.lease_seconds,
@@ -136,7 +136,7 @@ class ResumeWorker:
             )
             if claimed:
                 return await self._handle(*claimed[0])
-            run = await asyncio.to_thread(ledger.run, run_id)
+            run = await asyncio.to_thread(ledger.runs.get, run_id)
             if run.status == "running":
                 return None  # its lease is live
         return await self._resumed(ledger, run)
@@ -166,7 +166,7 @@ class ResumeWorker:
                 f"{', '.join(protected)}; check their side effects, then resume it by hand"
             )
         await asyncio.to_thread(
-            ledger.fail_run,
+            ledger.runs.fail,
             cursor,
             stage="crashed",
             error=f"the process holding the run stopped; claimed by {self.owner} "
@@ -197,6 +197,6 @@ def _chain_length(ledger: Ledger, run: Run) -> int:
     length = 1
     current = run
     while current.resumes is not None:
-        current = ledger.run(current.resumes)
+        current = ledger.runs.get(current.resumes)
         length += 1
     return length

@@ -324,7 +324,7 @@ def create_app(
     ) -> Response:
         """The conversation's runs, newest first."""
         await ledger.conversation(conversation_id)  # a missing one is a 404, not an empty list
-        return _json(RunsOut(runs=await ledger.runs(conversation_id=conversation_id, limit=limit)))
+        return _json(RunsOut(runs=await ledger.runs.recent(conversation_id=conversation_id, limit=limit)))
 
     @app.post(
         "/v1/conversations/{conversation_id}/forks",
@@ -346,7 +346,7 @@ def create_app(
     @app.get("/v1/runs/{run_id}", response_model=RunOut, tags=["read"], responses=_ERRORS)
     async def run(run_id: Id, ledger: Ledger_) -> Response:
         """One run and its timeline: every event it recorded, in order."""
-        found = await ledger.run(run_id)
+        found = await ledger.runs.get(run_id)
         return _json(RunOut(run=found, events=await ledger.events(run_id=run_id)))
 
     return app
@@ -423,7 +423,7 @@ class _Service:
         """The status and error fields of a failed run; `resume` only if the log holds a
         run to resume."""
         try:
-            recorded = await ledger.run(error.run_id)
+            recorded = await ledger.runs.get(error.run_id)
             resumable = recorded.status in ("failed", "canceled")
         except ChatledgerError:
             resumable = False

@@ -203,7 +203,7 @@ def ui_router(ledger_of: Callable[[Request], AsyncLedger]) -> APIRouter:
             events=events,
             raw=raw,
             verification=verification,
-            runs=await ledger.runs(conversation_id=conversation_id, limit=PAGE),
+            runs=await ledger.runs.recent(conversation_id=conversation_id, limit=PAGE),
         )
 
     @router.get("/conversations/{conversation_id}/verify")
@@ -253,7 +253,7 @@ def ui_router(ledger_of: Callable[[Request], AsyncLedger]) -> APIRouter:
 
     @router.get("/runs/{run_id}")
     async def run(run_id: Id, ledger: Ledger_) -> Response:
-        found = await ledger.run(run_id)
+        found = await ledger.runs.get(run_id)
         steps = (await ledger.audit.run_timeline(run_id, limit=1000)).items
         tools = (await ledger.audit.tool_executions(run_id=run_id, limit=1000)).items
         lineage = await ledger.audit.lineage(found.conversation_id)

@@ -14,7 +14,7 @@ import typing as _typing
 from chatledger import __version__
 
 if _typing.TYPE_CHECKING:
-    from chatledger.store._async import AsyncLedger, AsyncStore
+    from chatledger.store._async import AsyncLedger, AsyncRetention, AsyncRuns, AsyncStore
     from chatledger.store._audit import AsyncAudit, Audit
     from chatledger.store._crypto import KeyEncryptionKey, LocalKek
     from chatledger.store._errors import (
@@ -37,7 +37,7 @@ if _typing.TYPE_CHECKING:
     from chatledger.store._sql.retention import RetentionPolicy
     from chatledger.store._sql.transfer import ExportReport, ImportFileError, ImportReport
     from chatledger.store._sql.verify import Recompute, Verification
-    from chatledger.store._store import Ledger, Store
+    from chatledger.store._store import Ledger, Retention, Runs, Store
     from chatledger.store._values import (
         Appended,
         Branch,
@@ -86,6 +86,8 @@ _LAZY = {
     "Appended": "._values",
     "AsyncAudit": "._audit",
     "AsyncLedger": "._async",
+    "AsyncRetention": "._async",
+    "AsyncRuns": "._async",
     "AsyncStore": "._async",
     "Audit": "._audit",
     "Branch": "._values",
@@ -109,6 +111,8 @@ _LAZY = {
     "KeyEncryptionKey": "._crypto",
     "LeaseError": "._errors",
     "Ledger": "._store",
+    "Retention": "._store",
+    "Runs": "._store",
     "Lineage": "._values",
     "LineageBranch": "._values",
     "LineageResume": "._values",
@@ -171,6 +175,8 @@ __all__ = [
     "Appended",
     "AsyncAudit",
     "AsyncLedger",
+    "AsyncRetention",
+    "AsyncRuns",
     "AsyncStore",
     "Audit",
     "Branch",
@@ -207,11 +213,13 @@ __all__ = [
     "Recompute",
     "RecordedRequest",
     "ResumeConflictError",
+    "Retention",
     "RetentionPolicy",
     "RetentionReport",
     "Run",
     "RunCursor",
     "RunStateError",
+    "Runs",
     "SanitizeReport",
     "SchemaError",
     "StorageError",

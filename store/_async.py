@@ -1,8 +1,8 @@
 """`AsyncStore` and `AsyncLedger`: the async face.
 
 They run the very `Op`s of the sync face, so every rule has one
-implementation; only the signatures are written twice, and
-`tests/test_faces.py` holds them equal. On Postgres the plain-SQL forms run
+implementation, and their operations are written from the same declarations
+(`store._ops`, by scripts/faces.py). On Postgres the plain-SQL forms run
 on psycopg async connections of the store's own, on the event loop
 (docs/adr/0026-async-fast-paths-on-the-loop.md); on SQLite, and with a
 key-encryption key, on the sync face's driver connections in a worker thread;
@@ -25,7 +25,7 @@ from sqlalchemy.ext.asyncio import create_async_engine as sa_create_async_engine
 from chatledger.store import _tail
 from chatledger.store._audit import AsyncAudit
 from chatledger.store._cache import HeadCache, MessageCache, TailCache
-from chatledger.store._crypto import KeyEncryptionKey, kek_for, sealer_for
+from chatledger.store._crypto import KeyEncryptionKey, sealer_for
 from chatledger.store._db.engines import (
     DriverConnections,
     Durability,
@@ -47,8 +47,8 @@ from chatledger.store._db.tail import (
     url_connector,
 )
 from chatledger.store._errors import ConflictError, EncryptionError, ErasedError
-from chatledger.store._ops import Operations, StoreOperations, completed
-from chatledger.store._retention import RetentionReport, SubjectOutcome, run_retention
+from chatledger.store._ops import Operations, StoreOperations
+from chatledger.store._retention import RetentionReport, SubjectOutcome
 from chatledger.store._sealing import Program, adrive, needs_opening, opening, preparing
 from chatledger.store._sql.dialect import WRITE, is_sqlite
 from chatledger.store._sql.erasure import Erasure
@@ -59,6 +59,7 @@ from chatledger.store._sql.tail import notify_on_commit
 from chatledger.store._sql.transfer import ExportReport, ImportReport
 from chatledger.store._sql.translate import translating
 from chatledger.store._sql.verify import Recompute, Verification
+from chatledger.store._tail import Stop
 from chatledger.store._values import (
     Appended,
     Conversation,
@@ -72,7 +73,7 @@ from chatledger.store._values import (
 )
 from chatledger.store.messages import Message, Usage
 
-__all__ = ["AsyncLedger", "AsyncStore"]
+__all__ = ["AsyncLedger", "AsyncRetention", "AsyncRuns", "AsyncStore"]
 
 T = TypeVar("T")
 
@@ -112,7 +113,7 @@ class AsyncStore:
         self._sealer = sealer_for(kek)
         self.engine = engine
         self._owns_engine = owns_engine
-        self._ops = StoreOperations()
+        self._ops = StoreOperations(self._sealer, self._tenant_ops)
         self.message_cache = MessageCache(message_cache)
         self._heads = HeadCache()
         self._tails = TailCache()
@@ -220,6 +221,15 @@ class AsyncStore:
         if self._owns_engine:
             await self.engine.dispose()
 
+    def _tenant_ops(self, tenant: str) -> Operations:
+        return Operations(tenant, self.message_cache, self._sealer, self._heads, self._tails)
+
+    def tenant(self, tenant: str) -> AsyncLedger:
+        """A handle whose every operation is scoped to `tenant`."""
+        return AsyncLedger(self, tenant)
+
+    # -- operations: written by scripts/faces.py from store/_ops.py; edit them there --
+
     async def migrate(
         self,
         connection: AsyncConnection | None = None,
@@ -229,17 +239,18 @@ class AsyncStore:
     ) -> None:
         """Upgrade the schema to this package's head revision.
 
-        `partitions`: see `Store.migrate`.
-
-        With `connection`, run inside the caller's transaction on it: Alembic
-        is synchronous, so the upgrade runs through `connection.run_sync`.
-        Commit it as usual, for example within
-        `async with engine.begin() as connection:`.
+        With `connection`, run inside the caller's transaction on it. With
+        `partitions` (Postgres only), also make the events and head-view
+        tables hash-partitioned by conversation into that many partitions,
+        copying their rows, if they are not partitioned yet; a different
+        count on a partitioned database is refused
+        (docs/scaling.md). `progress(done, total)` is called after each
+        revision applied.
         """
-        await self.execute(self._ops.migrate(partitions, progress), connection)
-
-    def _tenant_ops(self, tenant: str) -> Operations:
-        return Operations(tenant, self.message_cache, self._sealer, self._heads, self._tails)
+        return await self.execute(
+            self._ops.migrate(partitions=partitions, progress=progress),
+            connection,
+        )
 
     async def run_retention(
         self,
@@ -250,27 +261,42 @@ class AsyncStore:
         now: datetime | None = None,
         progress: Callable[[SubjectOutcome], None] | None = None,
     ) -> RetentionReport:
-        """See `Store.run_retention`. Its export files are written and synced in a
-        worker thread, not on the event loop."""
-        program = run_retention(
-            self._tenant_ops,
-            tenant=tenant,
-            export_dir=export_dir,
-            dry_run=dry_run,
-            now=now,
-            progress=progress,
-        )
-        return await adrive(program, self.execute)
+        """Apply retention policies: for `tenant`, or every tenant that has one.
 
-    def tenant(self, tenant: str) -> AsyncLedger:
-        """A handle whose every operation is scoped to `tenant`."""
-        return AsyncLedger(self, tenant)
+        Each subject whose conversations are all idle past its tenant's
+        cutoff is exported (for `export-erase`: one file per conversation
+        under `export_dir/tenant-<tenant, percent-encoded>/`, written whole or not at all) and then
+        erased; a subject with an active conversation is kept, and idle
+        conversations stored in the clear are reported, never touched. Run it
+        from a scheduler: a pass killed halfway finishes when run again.
+        `dry_run` writes nothing and reports what would be done; `now` (default
+        the database's clock) is the moment idleness is measured from.
+        `progress` is called with each subject's outcome as it comes.
+        """
+        return await adrive(
+            self._ops.run_retention(
+                tenant=tenant,
+                export_dir=export_dir,
+                dry_run=dry_run,
+                now=now,
+                progress=progress,
+            ),
+            self.execute,
+        )
 
     async def rebuild(
-        self, progress: Callable[[int, int], None] | None = None, *, tenant: str | None = None
+        self,
+        progress: Callable[[int, int], None] | None = None,
+        *,
+        tenant: str | None = None,
     ) -> int:
-        """See `Store.rebuild`."""
-        return await self.execute(self._ops.rebuild(progress, tenant))
+        """Recompute every materialized view from the events; return the view count.
+
+        It runs in one transaction: readers see the old views until it commits.
+        `progress(done, total)` is called as it goes; `tenant` rebuilds only the
+        views of that tenant's conversations.
+        """
+        return await self.execute(self._ops.rebuild(progress, tenant=tenant))
 
     async def claim_stale_runs(
         self,
@@ -281,31 +307,49 @@ class AsyncStore:
         max_attempts: int = 5,
         run_id: str | None = None,
     ) -> list[tuple[Run, RunCursor]]:
-        """See `Store.claim_stale_runs`."""
+        """Claim stale runs of every tenant (for a resume worker serving them all); only
+        the run `run_id` when given (`chatledger resume RUN_ID`)."""
         return await self.execute(
-            self._ops.claim_stale_runs(owner, limit, lease_seconds, max_attempts, run_id)
+            self._ops.claim_stale_runs(
+                owner=owner,
+                limit=limit,
+                lease_seconds=lease_seconds,
+                max_attempts=max_attempts,
+                run_id=run_id,
+            )
         )
 
     async def verify(
         self,
         progress: Callable[[Verification], None] | None = None,
         *,
-        recompute: Recompute = "auto",
+        recompute: Recompute = 'auto',
     ) -> list[Verification]:
-        """See `Store.verify`."""
-        return await self.execute(self._ops.verify(progress, recompute))
+        """Recompute the hash chain of every conversation of every tenant.
+
+        `recompute` says where the hashes are computed: `"auto"` (in SQL on
+        Postgres, fastest; here on SQLite), `"database"`, or `"client"` (in
+        this process, independent of the server's own functions).
+        """
+        return await self.execute(self._ops.verify(progress, recompute=recompute))
 
     async def rotate_kek(self, new: KeyEncryptionKey | bytes) -> int:
-        """See `Store.rotate_kek`."""
-        target = kek_for(new)
-        count = await self.execute(self._ops.rotate_kek(self._sealer, target))
-        assert self._sealer is not None  # rotate_kek refused a store without one
-        self._sealer.rekey(target)  # this store (and its ledgers) seals under `new` now
-        return count
+        """Re-wrap every data key under the key-encryption key `new` (32 bytes or a
+        `KeyEncryptionKey`), in one transaction; returns how many were re-wrapped.
+
+        The store must hold the current key. Afterwards, open every store with
+        `new`; once no backup you keep holds a key row wrapped by the old one,
+        destroying the old key makes erased content unreadable in those
+        backups too (docs/erasure.md, "Rotating the key-encryption key").
+        Keys already under `new` are left as they are, so a repeat is a no-op.
+        """
+        return await adrive(self._ops.rotate_kek(new), self.execute)
 
     async def check_schema(self) -> None:
-        """See `Store.check_schema`."""
-        await self.execute(self._ops.check_schema())
+        """Raise `SchemaError` unless the database is at this package's head revision."""
+        return await self.execute(self._ops.check_schema())
+
+    # -- end of the operations --
 
     async def execute(self, op: Op[T], connection: AsyncConnection | None = None) -> T:
         """Run one operation in its own transaction: the tiers of `Store.execute`.
@@ -404,13 +448,16 @@ class AsyncStore:
 
 
 class AsyncLedger:
-    """The async face of `Ledger`."""
+    """The async face of `Ledger`: the same operations, as coroutines.
+
+    `export` writes `out`, and `import_file` reads `source`, synchronously: in a
+    worker thread when the store made its own engine, else in the event loop's;
+    their `progress` is called there too.
+    """
 
     def __init__(self, store: AsyncStore, tenant: str) -> None:
         self._store = store
-        self._ops = Operations(
-            tenant, store.message_cache, store._sealer, store._heads, store._tails
-        )
+        self._ops = store._tenant_ops(tenant)
 
     @property
     def tenant(self) -> str:
@@ -422,6 +469,38 @@ class AsyncLedger:
         """See `Ledger.audit`."""
         return AsyncAudit(self._store, self._ops.tenant)
 
+    @property
+    def runs(self) -> AsyncRuns:
+        """See `Ledger.runs`."""
+        return AsyncRuns(self._store, self._ops)
+
+    @property
+    def retention(self) -> AsyncRetention:
+        """See `Ledger.retention`."""
+        return AsyncRetention(self._store, self._ops)
+
+    def _tail(self, settings: _tail.TailSettings) -> AsyncIterator[Page[Event]]:
+        # Iterated with `async for`; a cursor past the end of the log, which takes a
+        # read, is refused on the first step of the iteration.
+        tenant, store, after = self.tenant, self._store, settings.after
+        waiter = (
+            SqliteWaiter(
+                sqlite_connector(store._sync_engine or store.engine), settings.poll_seconds
+            )
+            if store._sqlite
+            else AsyncPostgresWaiter(async_connector(store.engine))
+        )
+        return _tail.async_tail(
+            lambda cursor: store.execute(_tail.tail_op(tenant, settings, cursor)),
+            start=None if after is None else lambda: store.execute(_tail.start_op(tenant, after)),
+            waiter=waiter,
+            after=after,
+            settings=settings,
+            stop=settings.stop,
+        )
+
+    # -- operations: written by scripts/faces.py from store/_ops.py; edit them there --
+
     async def create_conversation(
         self,
         metadata: dict[str, Any] | None = None,
@@ -430,18 +509,41 @@ class AsyncLedger:
         key: str | None = None,
         subject: str | None = None,
     ) -> Conversation:
-        """See `Ledger.create_conversation`."""
+        """Create a conversation (its id a new UUIDv7 unless given).
+
+        `subject`: on a store with a key-encryption key, the erasure subject
+        whose data key seals it (default: its own id); `erase(subject)`
+        erases every conversation of the subject at once.
+        """
         return await self._store.execute(
-            self._ops.create_conversation(metadata, conversation_id, key, subject)
+            self._ops.create_conversation(
+                metadata,
+                conversation_id=conversation_id,
+                key=key,
+                subject=subject,
+            )
         )
 
     async def conversation(self, conversation_id: str) -> Conversation:
-        """See `Ledger.conversation`."""
+        """The conversation: metadata, head, and where it was forked from."""
         return await self._store.execute(self._ops.conversation(conversation_id))
 
     async def conversation_by_key(self, key: str) -> Conversation:
-        """See `Ledger.conversation_by_key`."""
+        """The conversation created with `key`; `NotFoundError` when the tenant has none."""
         return await self._store.execute(self._ops.conversation_by_key(key))
+
+    async def conversations(self, limit: int = 50, before: str | None = None) -> list[Conversation]:
+        """The tenant's conversations, newest first, at most `limit` of them.
+
+        Newest by id: minted ids are UUIDv7, so they sort in creation order. For
+        the next page pass the last conversation's id as `before`; the list is
+        short of `limit` only on the last page. A `before` that is no
+        conversation of this tenant (another tenant's id, a made-up one) is a
+        `NotFoundError` (`InvalidInputError` when it is not an id), so a cursor
+        never reaches another tenant's rows. Keyset pagination on the `(tenant,
+        id)` index: a deep page costs what the first does.
+        """
+        return await self._store.execute(self._ops.conversations(limit, before))
 
     async def entries(
         self,
@@ -450,34 +552,24 @@ class AsyncLedger:
         at: int | Position | None = None,
         last: int | None = None,
     ) -> list[Entry]:
-        """See `Ledger.entries`."""
-        return await self._store.execute(self._ops.entries(conversation_id, at, last))
-
-    async def state_changes(
-        self, conversation_id: str | None = None, *, run_id: str | None = None
-    ) -> list[Event]:
-        """See `Ledger.state_changes`."""
-        return await self._store.execute(self._ops.state_changes(conversation_id, run_id))
+        """The messages of the history at the head (or `at`), each with its event id and position, oldest first; only the last `last` with it, in one query. Unrepaired: each entry is a message as stored."""
+        return await self._store.execute(self._ops.entries(conversation_id, at=at, last=last))
 
     async def entry(self, event_id: str) -> Entry:
-        """See `Ledger.entry`."""
+        """The message with this event id, which its caller minted (`append_messages(ids=...)`)."""
         return await self._store.execute(self._ops.entry(event_id))
 
-    async def set_state(
+    async def state_changes(
         self,
-        conversation_id: str,
-        state: dict[str, Any],
+        conversation_id: str | None = None,
         *,
-        expected_state: Mapping[str, Any] | None = None,
-    ) -> Conversation:
-        """See `Ledger.set_state`."""
-        return await self._store.execute(
-            self._ops.set_state(conversation_id, state, expected_state)
-        )
-
-    async def conversations(self, limit: int = 50, before: str | None = None) -> list[Conversation]:
-        """See `Ledger.conversations`."""
-        return await self._store.execute(self._ops.conversations(limit, before))
+        run_id: str | None = None,
+    ) -> list[Event]:
+        """The `state.changed` events, oldest first, their payloads opened: those a
+        conversation's log holds (every branch, and the lineage a fork continues from
+        its source), or those stamped with `run_id` in any of the tenant's
+        conversations, or with both, those of the conversation stamped with the run."""
+        return await self._store.execute(self._ops.state_changes(conversation_id, run_id=run_id))
 
     async def append_messages(
         self,
@@ -487,7 +579,7 @@ class AsyncLedger:
         expected: int | Position | None = None,
         run_id: str | None = None,
         idempotency_key: str | None = None,
-        origin: str = "client",
+        origin: str = 'client',
         create: bool = False,
         metadata: dict[str, Any] | None = None,
         after: int | Position | None = None,
@@ -496,30 +588,89 @@ class AsyncLedger:
         expected_state: Mapping[str, Any] | None = None,
         subject: str | None = None,
     ) -> Appended:
-        """See `Ledger.append_messages`."""
-        done = await self._store.execute(
+        """Append one turn at the head, atomically, and move the head past it.
+
+        Everything is checked before anything is written: a refused append
+        writes nothing, and a successful one writes the whole turn (its
+        messages, then the `state.changed` event of `state`) in one
+        transaction.
+
+        Args:
+            conversation_id: the conversation, which must exist in this
+                tenant (`NotFoundError` otherwise, as for another tenant's),
+                unless `create` is set.
+            messages: the turn's messages, in order (`Message`s or dicts in
+                the durable JSON form). May be empty when `state` is given:
+                the `state.changed` event is then appended alone.
+            expected: the head position the caller last saw; `ConflictError`
+                when another writer appended first. Without it, the append
+                goes after whatever the head is.
+            run_id: a run id to stamp on the events.
+            idempotency_key: a retried append with the same key and content
+                writes nothing and returns the original; the key with other
+                content is an `InvalidInputError` (the caller's mistake: do
+                not retry it).
+            origin: who produced the messages, as the log records it:
+                `"client"` (the default: the caller), `"run"` (a model run)
+                or `"repair"`.
+            create: create the conversation, with `metadata` and the id
+                `conversation_id`, when the tenant has none by that id, in the
+                same transaction as the append (one round trip on the fast
+                path): for a backend that mints its own conversation ids.
+                `Appended.created` says whether it did. Pass it for a
+                conversation you expect to be new: on an existing one the
+                append costs one more statement. An id another tenant holds
+                is the `ConflictError` of `create_conversation`.
+            metadata: the new conversation's metadata; only with `create`.
+            after: append after this position of the head's history instead
+                of at the head, replacing what followed it there (it stays in
+                the log, on its branch): a framework rewriting the tail of a
+                history. An `int` counts events on the head's lineage, as
+                `Entry.position` does.
+            ids: the event ids of the messages, one per message, minted by
+                the caller (canonical UUIDs, none twice); `ledger.entry(id)`
+                reads a message back by its id. A taken id is a
+                `ConflictError`.
+            state: the conversation's new state (a JSON object), recorded as
+                a `state.changed` event after the messages and returned by
+                `conversation(...).state`.
+            expected_state: a compare-and-set on the state: each field given
+                must hold that value now (a field given as `None` must be
+                absent), else `ConflictError` and nothing is written.
+            subject: the erasure subject of a sealed conversation that
+                `create` creates (docs/erasure.md); only with `create`, on a
+                store with a key-encryption key.
+
+        Returns:
+            The events written, the new head, whether the conversation was
+            created, and `repair`: what the repaired history does with the
+            messages added (results dropped or moved, calls still waiting
+            for a result).
+
+        Raises:
+            InvalidInputError: an option is malformed (the message names it).
+            NotFoundError: no such conversation in this tenant.
+            ConflictError: `expected`, `expected_state` or an id no longer
+                holds; reload and retry.
+        """
+        return await adrive(
             self._ops.append_messages(
                 conversation_id,
                 messages,
-                expected,
-                run_id,
-                idempotency_key,
-                origin,
-                create,
-                metadata,
+                expected=expected,
+                run_id=run_id,
+                idempotency_key=idempotency_key,
+                origin=origin,
+                create=create,
+                metadata=metadata,
                 after=after,
                 ids=ids,
                 state=state,
                 expected_state=expected_state,
                 subject=subject,
-            )
+            ),
+            self._store.execute,
         )
-        found = self._ops.report(done, messages)
-        if isinstance(found, Op):  # the report needs the history the append followed
-            history: list[Message] = await self._store.execute(found)
-            found = self._ops.report(done, messages, history)
-        assert isinstance(found, Appended)
-        return found
 
     async def history(
         self,
@@ -528,8 +679,10 @@ class AsyncLedger:
         at: int | Position | datetime | None = None,
         repaired: bool = True,
     ) -> list[Message]:
-        """See `Ledger.history`."""
-        return await self._store.execute(self._ops.history(conversation_id, at, repaired))
+        """The history at the head, or `at` a position or moment; repaired by default."""
+        return await self._store.execute(
+            self._ops.history(conversation_id, at=at, repaired=repaired)
+        )
 
     async def fork(
         self,
@@ -540,9 +693,14 @@ class AsyncLedger:
         key: str | None = None,
         subject: str | None = None,
     ) -> Conversation:
-        """See `Ledger.fork`."""
+        """A new conversation that continues this one at `at` (default: the head).
+
+        Sealed, it belongs to its source's erasure subject unless `subject`
+        names another: then erasing the source's subject leaves the fork its
+        own messages and erases only the prefix they share.
+        """
         return await self._store.execute(
-            self._ops.fork(conversation_id, at, metadata, key, subject)
+            self._ops.fork(conversation_id, at=at, metadata=metadata, key=key, subject=subject)
         )
 
     async def move_head(
@@ -554,30 +712,29 @@ class AsyncLedger:
         state: dict[str, Any] | None = None,
         expected_state: Mapping[str, Any] | None = None,
     ) -> Conversation:
-        """See `Ledger.move_head`."""
+        """Move the head to `to` (compare-and-set against `expected` when given)."""
         return await self._store.execute(
             self._ops.move_head(
-                conversation_id, to, expected, state=state, expected_state=expected_state
+                conversation_id,
+                to,
+                expected=expected,
+                state=state,
+                expected_state=expected_state,
             )
         )
 
-    async def set_retention(self, idle_days: int, action: RetentionAction) -> RetentionPolicy:
-        """See `Ledger.set_retention`."""
-        return await self._store.execute(self._ops.set_retention(idle_days, action))
-
-    async def retention(self) -> RetentionPolicy | None:
-        """See `Ledger.retention`."""
-        return await self._store.execute(self._ops.retention())
-
-    async def clear_retention(self) -> bool:
-        """See `Ledger.clear_retention`."""
-        return await self._store.execute(self._ops.clear_retention())
-
     async def erase(self, subject: str, *, reason: str) -> Erasure:
-        """See `Ledger.erase`."""
-        erasure = await self._store.execute(self._ops.erase(subject, reason))
-        self._ops.cache.clear()  # as Ledger.erase
-        return erasure
+        """Erase an erasure subject: destroy its data key, in one transaction.
+
+        Every conversation of the subject (a sealed conversation's subject is
+        its own id unless it was given one; forks inherit their source's)
+        gets a `conversation.erased` event naming the subject and `reason`,
+        and reads as erased markers from then on, in every process; it takes
+        no more writes. The log and its hash chain stay whole, so `verify`
+        passes. Erasing a subject again changes nothing and says so
+        (`Erasure.already`). docs/erasure.md says what it guarantees.
+        """
+        return await adrive(self._ops.erase(subject, reason=reason), self._store.execute)
 
     async def events(
         self,
@@ -587,12 +744,142 @@ class AsyncLedger:
         after_seq: int | None = None,
         limit: int | None = None,
     ) -> list[Event]:
-        """See `Ledger.events`."""
+        """The raw log, in order."""
         return await self._store.execute(
-            self._ops.events(conversation_id, run_id, after_seq, limit)
+            self._ops.events(
+                conversation_id=conversation_id,
+                run_id=run_id,
+                after_seq=after_seq,
+                limit=limit,
+            )
         )
 
-    async def start_run(
+    def tail(
+        self,
+        after: str | None = None,
+        *,
+        conversation_id: str | None = None,
+        follow: bool = False,
+        limit: int = DEFAULT_LIMIT,
+        idle_seconds: float = 5.0,
+        poll_seconds: float = 0.05,
+        stop: Stop | None = None,
+    ) -> AsyncIterator[Page[Event]]:
+        """Pages of the tenant's events (or one conversation's) in commit order, after `after`.
+
+        Every event committed after the cursor comes exactly once, and never
+        one that rolled back, in an order consistent with commit order: a
+        transaction that committed before another began comes first, and a
+        transaction's events come together in `seq` order. On Postgres,
+        transactions that overlapped come in transaction-id order, and a
+        commit that becomes visible late (its transaction took its `seq`
+        early) is never passed (docs/adr/0005-audit-pagination.md). Store each page's `next_after`
+        once its events are handled, and pass it back as `after` to resume:
+        in the same transaction as what handling them wrote, for
+        exactly-once; after it, for at-least-once (docs/tail.md).
+
+        Args:
+            after: a `next_after` from an earlier page (or an audit page of
+                `events`); None starts at the beginning of the log.
+            conversation_id: follow one conversation of the tenant only.
+            follow: False stops once caught up (a page with `pending` may
+                hold newer events back); True waits for new commits: on
+                Postgres woken by `LISTEN chatledger_events` (which stores
+                send after their writes, `Store.open(notify=)`), and reading
+                again after `idle_seconds` in any case; on SQLite checking
+                the file's data version every `poll_seconds`.
+            limit: the most events per page.
+            idle_seconds: when following, read again after this long with no
+                wake-up (writes that sent no notification are found then).
+            poll_seconds: SQLite: how often to check for a commit.
+            stop: when following, set it to end the iteration within a
+                fraction of a second: a `threading.Event` set from another
+                thread, or on `AsyncLedger` an `asyncio.Event` (or cancel the
+                task that iterates).
+
+        Only pages with events are yielded, except, when not following, a
+        last empty page with `pending` set if events are held back behind an
+        open transaction (Postgres). Inputs are checked here, before the
+        first page is read, `after` against the log's end with one read: a
+        cursor past it raises `InvalidInputError`. A database that cannot be
+        reached, or a connection that breaks, raises `StorageError` (a
+        follower's too): start again from the stored cursor.
+        """
+        return self._tail(self._ops.tail(
+            after,
+            conversation_id=conversation_id,
+            follow=follow,
+            limit=limit,
+            idle_seconds=idle_seconds,
+            poll_seconds=poll_seconds,
+            stop=stop,
+        ))
+
+    async def verify(self, conversation_id: str, *, recompute: Recompute = 'auto') -> Verification:
+        """Recompute one conversation's hash chain; say where it first breaks.
+
+        `recompute`: see `Store.verify`.
+        """
+        return await self._store.execute(self._ops.verify(conversation_id, recompute=recompute))
+
+    async def verify_all(
+        self,
+        progress: Callable[[Verification], None] | None = None,
+        *,
+        recompute: Recompute = 'auto',
+    ) -> list[Verification]:
+        """Recompute the hash chain of every conversation of this tenant; `progress` is
+        called with each conversation's result as it comes."""
+        return await self._store.execute(self._ops.verify_all(progress, recompute=recompute))
+
+    async def export(
+        self,
+        out: TextIO,
+        *,
+        conversation_id: str | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> ExportReport:
+        """Write the tenant's conversations, or one with the conversations it was forked
+        from, to `out` as JSON Lines (docs/export.md), streaming from one snapshot.
+
+        The log as stored, byte for byte: sealed content stays sealed (a store
+        that imports it needs the same key-encryption key to read it).
+        `progress` is called with the running count of events written.
+        """
+        return await self._store.execute(
+            self._ops.export(out, conversation_id=conversation_id, progress=progress)
+        )
+
+    async def import_file(
+        self,
+        source: TextIO,
+        *,
+        progress: Callable[[int], None] | None = None,
+    ) -> ImportReport:
+        """Read an export of this tenant from `source` into the store, in one transaction.
+
+        Every line is checked (order, fields, every hash, the end record) before
+        anything commits: a file refused raises `ImportFileError` naming its
+        line, and nothing is written. Conversations the store already holds,
+        identical, are left as they are (`ImportReport.already_present`), so an
+        import can be repeated; one that differs is refused. `progress` is
+        called with the running count of events read.
+        """
+        return await self._store.execute(self._ops.import_file(source, progress=progress))
+
+    # -- end of the operations --
+
+
+class AsyncRuns:
+    """The async face of `Runs`."""
+
+    def __init__(self, store: AsyncStore, ops: Operations) -> None:
+        self._store = store
+        self._ops = ops
+
+    # -- operations: written by scripts/faces.py from store/_ops.py; edit them there --
+
+    async def start(
         self,
         conversation_id: str,
         *,
@@ -607,18 +894,30 @@ class AsyncLedger:
         create: bool = False,
         exclusive: bool = False,
     ) -> RunCursor:
-        """See `Ledger.start_run`."""
+        """Start a run at `base` (default the head), leased to `owner`.
+
+        `events` (the run's prompt) are recorded with `run.started`, atomically.
+
+        Args:
+            create: the run opens a new conversation: `conversation_id` (a
+                new id) is created in the same transaction, so a refused
+                start leaves no conversation behind.
+            exclusive: refuse the start with `ConflictError`, writing nothing,
+                while another run of the conversation is live (running, its
+                lease not expired): one run at a time, where a second one's
+                completion could only conflict.
+        """
         return await self._store.execute(
             self._ops.start_run(
                 conversation_id,
-                events,
+                owner=owner,
                 run_id=run_id,
                 base=base,
                 resumes=resumes,
                 model=model,
                 instructions_digest=instructions_digest,
-                owner=owner,
                 lease_seconds=lease_seconds,
+                events=events,
                 create=create,
                 exclusive=exclusive,
             )
@@ -631,10 +930,12 @@ class AsyncLedger:
         *,
         idempotency_key: str | None = None,
     ) -> tuple[list[Event], RunCursor]:
-        """See `Ledger.record`."""
-        return await self._store.execute(self._ops.record(cursor, events, idempotency_key))
+        """Append a run's events, fenced by its lease; return them and the new cursor."""
+        return await self._store.execute(
+            self._ops.record(cursor, events, idempotency_key=idempotency_key)
+        )
 
-    async def complete_run(
+    async def complete(
         self,
         cursor: RunCursor,
         *,
@@ -642,14 +943,22 @@ class AsyncLedger:
         request_count: int | None = None,
         tool_count: int | None = None,
     ) -> Conversation:
-        """See `Ledger.complete_run`."""
-        return completed(
-            await self._store.execute(
-                self._ops.complete_run(cursor, usage, request_count, tool_count)
-            )
+        """Complete a run and move the head to its end by compare-and-set.
+
+        Raises `ConflictError` (after recording the run as failed at stage
+        `conflict`) when the head moved while the run ran.
+        """
+        return await adrive(
+            self._ops.complete_run(
+                cursor,
+                usage=usage,
+                request_count=request_count,
+                tool_count=tool_count,
+            ),
+            self._store.execute,
         )
 
-    async def fail_run(
+    async def fail(
         self,
         cursor: RunCursor,
         *,
@@ -661,86 +970,33 @@ class AsyncLedger:
         canceled: bool = False,
         attention: str | None = None,
     ) -> None:
-        """See `Ledger.fail_run`."""
-        await self._store.execute(
+        """Record a run as failed (or canceled) at `stage`; the head does not move.
+
+        `attention` marks it as needing a person (listed by `runs.list(attention=True)`).
+        """
+        return await adrive(
             self._ops.fail_run(
-                cursor, stage, error, usage, request_count, tool_count, canceled, attention
-            )
+                cursor,
+                stage=stage,
+                error=error,
+                usage=usage,
+                request_count=request_count,
+                tool_count=tool_count,
+                canceled=canceled,
+                attention=attention,
+            ),
+            self._store.execute,
         )
-
-    async def verify(self, conversation_id: str, *, recompute: Recompute = "auto") -> Verification:
-        """See `Ledger.verify`."""
-        return await self._store.execute(self._ops.verify(conversation_id, recompute))
-
-    def tail(
-        self,
-        after: str | None = None,
-        *,
-        conversation_id: str | None = None,
-        follow: bool = False,
-        limit: int = DEFAULT_LIMIT,
-        idle_seconds: float = 5.0,
-        poll_seconds: float = 0.05,
-        stop: asyncio.Event | None = None,
-    ) -> AsyncIterator[Page[Event]]:
-        """See `Ledger.tail`; iterate with `async for`. To stop following, set
-        `stop`, or cancel the task that iterates. The arguments are checked
-        here, except that a cursor past the end of the log, which takes a
-        read, is refused on the first step of the iteration."""
-        settings = _tail.TailSettings(
-            after=after,
-            conversation_id=conversation_id,
-            limit=limit,
-            follow=follow,
-            idle_seconds=idle_seconds,
-            poll_seconds=poll_seconds,
-        )
-        tenant, store = self.tenant, self._store
-        waiter = (
-            SqliteWaiter(
-                sqlite_connector(store._sync_engine or store.engine), settings.poll_seconds
-            )
-            if store._sqlite
-            else AsyncPostgresWaiter(async_connector(store.engine))
-        )
-        return _tail.async_tail(
-            lambda cursor: store.execute(_tail.tail_op(tenant, settings, cursor)),
-            start=None if after is None else lambda: store.execute(_tail.start_op(tenant, after)),
-            waiter=waiter,
-            after=after,
-            settings=settings,
-            stop=stop,
-        )
-
-    async def verify_all(
-        self,
-        progress: Callable[[Verification], None] | None = None,
-        *,
-        recompute: Recompute = "auto",
-    ) -> list[Verification]:
-        """See `Ledger.verify_all`."""
-        return await self._store.execute(self._ops.verify_all(progress, recompute))
 
     async def renew_lease(self, cursor: RunCursor, seconds: float = 60.0) -> None:
-        """See `Ledger.renew_lease`."""
-        await self._store.execute(self._ops.renew_lease(cursor, seconds))
+        """Extend the run's lease by `seconds` of the database's clock."""
+        return await self._store.execute(self._ops.renew_lease(cursor, seconds))
 
-    async def run(self, run_id: str) -> Run:
-        """See `Ledger.run`."""
+    async def get(self, run_id: str) -> Run:
+        """The run's projection row."""
         return await self._store.execute(self._ops.run(run_id))
 
-    async def runs(
-        self,
-        *,
-        conversation_id: str | None = None,
-        status: RunStatus | None = None,
-        attention: bool | None = None,
-        limit: int = 100,
-    ) -> list[Run]:
-        """See `Ledger.runs`."""
-        return await self._store.execute(self._ops.runs(conversation_id, status, attention, limit))
-
-    async def claim_stale_runs(
+    async def claim_stale(
         self,
         *,
         owner: str,
@@ -749,24 +1005,60 @@ class AsyncLedger:
         max_attempts: int = 5,
         run_id: str | None = None,
     ) -> list[tuple[Run, RunCursor]]:
-        """See `Ledger.claim_stale_runs`."""
+        """Claim runs whose lease expired (each claim a new attempt); only the run
+        `run_id` when given, none while its lease is live."""
         return await self._store.execute(
-            self._ops.claim_stale_runs(owner, limit, lease_seconds, max_attempts, run_id)
+            self._ops.claim_stale_runs(
+                owner=owner,
+                limit=limit,
+                lease_seconds=lease_seconds,
+                max_attempts=max_attempts,
+                run_id=run_id,
+            )
         )
 
-    async def export(
+    async def recent(
         self,
-        out: TextIO,
         *,
         conversation_id: str | None = None,
-        progress: Callable[[int], None] | None = None,
-    ) -> ExportReport:
-        """See `Ledger.export`. `out` is written, and `progress` called, synchronously: in a
-        worker thread when the store made its own engine, else in the event loop's."""
-        return await self._store.execute(self._ops.export(out, conversation_id, progress))
+        status: RunStatus | None = None,
+        attention: bool | None = None,
+        limit: int = 100,
+    ) -> list[Run]:
+        """The tenant's runs, newest first."""
+        return await self._store.execute(
+            self._ops.runs(
+                conversation_id=conversation_id,
+                status=status,
+                attention=attention,
+                limit=limit,
+            )
+        )
 
-    async def import_file(
-        self, source: TextIO, *, progress: Callable[[int], None] | None = None
-    ) -> ImportReport:
-        """See `Ledger.import_file`. `source` is read, and `progress` called, as in `export`."""
-        return await self._store.execute(self._ops.import_file(source, progress))
+    # -- end of the operations --
+
+
+class AsyncRetention:
+    """The async face of `Retention`."""
+
+    def __init__(self, store: AsyncStore, ops: Operations) -> None:
+        self._store = store
+        self._ops = ops
+
+    # -- operations: written by scripts/faces.py from store/_ops.py; edit them there --
+
+    async def set(self, idle_days: int, action: RetentionAction) -> RetentionPolicy:
+        """Set the tenant's retention policy: conversations idle for `idle_days` are
+        erased (`erase`), or exported and then erased (`export-erase`), by
+        `Store.run_retention` (docs/erasure.md, "Retention")."""
+        return await self._store.execute(self._ops.set_retention(idle_days, action))
+
+    async def get(self) -> RetentionPolicy | None:
+        """The tenant's retention policy, None when it has none."""
+        return await self._store.execute(self._ops.retention())
+
+    async def clear(self) -> bool:
+        """Remove the tenant's retention policy; whether it had one."""
+        return await self._store.execute(self._ops.clear_retention())
+
+    # -- end of the operations --

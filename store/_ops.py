@@ -9,6 +9,7 @@ rule and each face method is one call: the faces differ only in `await`.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -33,11 +34,14 @@ from chatledger.store._crypto import (
     Seal,
     Sealer,
     is_sealed,
+    kek_for,
     key_ids_of,
     open_text,
     refuse_sealed,
 )
 from chatledger.store._errors import ConflictError, EncryptionError, InvalidInputError, SchemaError
+from chatledger.store._retention import RetentionReport, SubjectOutcome, run_retention
+from chatledger.store._sealing import Program
 from chatledger.store._sql import append as _append
 from chatledger.store._sql import entries as _entries
 from chatledger.store._sql import erasure as _erasure
@@ -53,9 +57,11 @@ from chatledger.store._sql import transfer as _transfer
 from chatledger.store._sql import verify as _verify
 from chatledger.store._sql.erasure import Erasure
 from chatledger.store._sql.ops import Op, Sealing
-from chatledger.store._sql.retention import RetentionPolicy
-from chatledger.store._sql.transfer import ExportReport, ImportReport, Progress
+from chatledger.store._sql.pages import DEFAULT_LIMIT
+from chatledger.store._sql.retention import RetentionAction, RetentionPolicy
+from chatledger.store._sql.transfer import ExportReport, ImportReport
 from chatledger.store._sql.verify import Recompute, Verification
+from chatledger.store._tail import Stop, TailSettings
 from chatledger.store._values import (
     Appended,
     Conversation,
@@ -71,7 +77,7 @@ from chatledger.store._values import (
 from chatledger.store.ids import new_id
 from chatledger.store.messages import Message, Usage, load_message, load_messages
 
-__all__ = ["Operations", "StoreOperations", "completed"]
+__all__ = ["Operations", "StoreOperations"]
 
 T = TypeVar("T")
 _ORIGINS: frozenset[str] = frozenset(get_args(Origin))
@@ -216,11 +222,18 @@ class Operations:
 
     def create_conversation(
         self,
-        metadata: dict[str, Any] | None,
-        conversation_id: str | None,
+        metadata: dict[str, Any] | None = None,
+        *,
+        conversation_id: str | None = None,
         key: str | None = None,
         subject: str | None = None,
     ) -> Op[Conversation]:
+        """Create a conversation (its id a new UUIDv7 unless given).
+
+        `subject`: on a store with a key-encryption key, the erasure subject
+        whose data key seals it (default: its own id); `erase(subject)`
+        erases every conversation of the subject at once.
+        """
         # Every input is checked here, before either path, as `fn` checks
         # them (in the same order): the fast forms write without passing
         # through `_log.create_conversation`.
@@ -266,6 +279,7 @@ class Operations:
         )
 
     def conversation_by_key(self, key: str) -> Op[Conversation]:
+        """The conversation created with `key`; `NotFoundError` when the tenant has none."""
         _log.check_key(key)
         tenant = self.tenant
         return self._op(
@@ -277,8 +291,13 @@ class Operations:
         )
 
     def entries(
-        self, conversation_id: str, at: int | Position | None, last: int | None
+        self,
+        conversation_id: str,
+        *,
+        at: int | Position | None = None,
+        last: int | None = None,
     ) -> Op[list[Entry]]:
+        """The messages of the history at the head (or `at`), each with its event id and position, oldest first; only the last `last` with it, in one query. Unrepaired: each entry is a message as stored."""
         check_id(conversation_id, "conversation")
         if last is not None:
             check_int(last, "last", minimum=0, maximum=MAX_INT32)
@@ -301,7 +320,13 @@ class Operations:
             fn=read,
         )
 
-    def state_changes(self, conversation_id: str | None, run_id: str | None) -> Op[list[Event]]:
+    def state_changes(
+        self, conversation_id: str | None = None, *, run_id: str | None = None
+    ) -> Op[list[Event]]:
+        """The `state.changed` events, oldest first, their payloads opened: those a
+        conversation's log holds (every branch, and the lineage a fork continues from
+        its source), or those stamped with `run_id` in any of the tenant's
+        conversations, or with both, those of the conversation stamped with the run."""
         if conversation_id is None and run_id is None:
             raise InvalidInputError(
                 "state_changes needs a conversation id, a run id, or both: pass "
@@ -321,6 +346,7 @@ class Operations:
         )
 
     def entry(self, event_id: str) -> Op[Entry]:
+        """The message with this event id, which its caller minted (`append_messages(ids=...)`)."""
         check_id(event_id, "event")
         return self._op(
             f"reading entry '{event_id}'",
@@ -329,30 +355,25 @@ class Operations:
             fn=lambda c: _entries.entry(c, self.tenant, event_id, self._opening(c)),
         )
 
-    def set_state(
-        self,
-        conversation_id: str,
-        state: dict[str, Any],
-        expected: Mapping[str, Any] | None,
-    ) -> Op[Conversation]:
-        check_id(conversation_id, "conversation")
-        text = _entries.encode_state(state)
-        _check_expected_state(expected)
-        self._moving_head(conversation_id)
-        return self._op(
-            f"setting the state of conversation '{conversation_id}'",
-            write=True,
-            fn=lambda c: _entries.set_state(c, self.tenant, conversation_id, text, expected),
-        )
-
     def conversation(self, conversation_id: str) -> Op[Conversation]:
+        """The conversation: metadata, head, and where it was forked from."""
         return self._op(
             f"reading conversation '{conversation_id}'",
             write=False,
             fn=lambda c: _log.get_conversation(c, self.tenant, conversation_id),
         )
 
-    def conversations(self, limit: int, before: str | None) -> Op[list[Conversation]]:
+    def conversations(self, limit: int = 50, before: str | None = None) -> Op[list[Conversation]]:
+        """The tenant's conversations, newest first, at most `limit` of them.
+
+        Newest by id: minted ids are UUIDv7, so they sort in creation order. For
+        the next page pass the last conversation's id as `before`; the list is
+        short of `limit` only on the last page. A `before` that is no
+        conversation of this tenant (another tenant's id, a made-up one) is a
+        `NotFoundError` (`InvalidInputError` when it is not an id), so a cursor
+        never reaches another tenant's rows. Keyset pagination on the `(tenant,
+        id)` index: a deep page costs what the first does.
+        """
         return self._op(
             "listing conversations",
             write=False,
@@ -363,19 +384,84 @@ class Operations:
         self,
         conversation_id: str,
         messages: Sequence[Message],
-        expected: int | Position | None,
-        run_id: str | None,
-        idempotency_key: str | None,
-        origin: str,
+        *,
+        expected: int | Position | None = None,
+        run_id: str | None = None,
+        idempotency_key: str | None = None,
+        origin: str = "client",
         create: bool = False,
         metadata: dict[str, Any] | None = None,
-        *,
         after: int | Position | None = None,
         ids: Sequence[str] | None = None,
         state: dict[str, Any] | None = None,
         expected_state: Mapping[str, Any] | None = None,
         subject: str | None = None,
-    ) -> Op[Appended]:
+    ) -> Program[Appended]:
+        """Append one turn at the head, atomically, and move the head past it.
+
+        Everything is checked before anything is written: a refused append
+        writes nothing, and a successful one writes the whole turn (its
+        messages, then the `state.changed` event of `state`) in one
+        transaction.
+
+        Args:
+            conversation_id: the conversation, which must exist in this
+                tenant (`NotFoundError` otherwise, as for another tenant's),
+                unless `create` is set.
+            messages: the turn's messages, in order (`Message`s or dicts in
+                the durable JSON form). May be empty when `state` is given:
+                the `state.changed` event is then appended alone.
+            expected: the head position the caller last saw; `ConflictError`
+                when another writer appended first. Without it, the append
+                goes after whatever the head is.
+            run_id: a run id to stamp on the events.
+            idempotency_key: a retried append with the same key and content
+                writes nothing and returns the original; the key with other
+                content is an `InvalidInputError` (the caller's mistake: do
+                not retry it).
+            origin: who produced the messages, as the log records it:
+                `"client"` (the default: the caller), `"run"` (a model run)
+                or `"repair"`.
+            create: create the conversation, with `metadata` and the id
+                `conversation_id`, when the tenant has none by that id, in the
+                same transaction as the append (one round trip on the fast
+                path): for a backend that mints its own conversation ids.
+                `Appended.created` says whether it did. Pass it for a
+                conversation you expect to be new: on an existing one the
+                append costs one more statement. An id another tenant holds
+                is the `ConflictError` of `create_conversation`.
+            metadata: the new conversation's metadata; only with `create`.
+            after: append after this position of the head's history instead
+                of at the head, replacing what followed it there (it stays in
+                the log, on its branch): a framework rewriting the tail of a
+                history. An `int` counts events on the head's lineage, as
+                `Entry.position` does.
+            ids: the event ids of the messages, one per message, minted by
+                the caller (canonical UUIDs, none twice); `ledger.entry(id)`
+                reads a message back by its id. A taken id is a
+                `ConflictError`.
+            state: the conversation's new state (a JSON object), recorded as
+                a `state.changed` event after the messages and returned by
+                `conversation(...).state`.
+            expected_state: a compare-and-set on the state: each field given
+                must hold that value now (a field given as `None` must be
+                absent), else `ConflictError` and nothing is written.
+            subject: the erasure subject of a sealed conversation that
+                `create` creates (docs/erasure.md); only with `create`, on a
+                store with a key-encryption key.
+
+        Returns:
+            The events written, the new head, whether the conversation was
+            created, and `repair`: what the repaired history does with the
+            messages added (results dropped or moved, calls still waiting
+            for a result).
+
+        Raises:
+            InvalidInputError: an option is malformed (the message names it).
+            NotFoundError: no such conversation in this tenant.
+            ConflictError: `expected`, `expected_state` or an id no longer
+                holds; reload and retry.
+        """
         if isinstance(messages, Message | dict | str | bytes) or not isinstance(messages, Sequence):
             raise InvalidInputError(
                 f"append_messages takes a list of messages, not {type(messages).__name__}."
@@ -509,10 +595,21 @@ class Operations:
 
             return attempt
 
-        return replace(
+        op = replace(
             build(PLAIN),
             sealing=Sealing(tenant, conversation_id, build, create=create, subject=subject),
         )
+        return self._reported(op, messages)
+
+    def _reported(self, op: Op[Appended], messages: Sequence[Message]) -> Program[Appended]:
+        """`op`, the append, then its repair report (`report`), reading the history
+        only when the report needs it."""
+        done = yield op
+        found = self.report(done, messages)
+        if isinstance(found, Op):
+            found = self.report(done, messages, (yield found))
+        assert isinstance(found, Appended)
+        return found
 
     def report(
         self,
@@ -559,7 +656,7 @@ class Operations:
                 tail = kept[2]
         found = _tails.extend(tail, appended)
         if found is None:
-            read = self.history(cid, Position(branch_id, position), repaired=False)
+            read = self.history(cid, at=Position(branch_id, position), repaired=False)
             return replace(read, replica=False)  # it must see the append's own commit
         repair, after = found
         if after is not None and self._tails is not None:
@@ -569,8 +666,13 @@ class Operations:
         return done if repair is None else replace(done, repair=repair)
 
     def history(
-        self, conversation_id: str, at: int | Position | datetime | None, repaired: bool
+        self,
+        conversation_id: str,
+        *,
+        at: int | Position | datetime | None = None,
+        repaired: bool = True,
     ) -> Op[list[Message]]:
+        """The history at the head, or `at` a position or moment; repaired by default."""
         read = self._op(
             f"reading the history of conversation '{conversation_id}'",
             write=False,
@@ -615,11 +717,18 @@ class Operations:
     def fork(
         self,
         conversation_id: str,
-        at: int | Position | None,
-        metadata: dict[str, Any] | None,
+        *,
+        at: int | Position | None = None,
+        metadata: dict[str, Any] | None = None,
         key: str | None = None,
         subject: str | None = None,
     ) -> Op[Conversation]:
+        """A new conversation that continues this one at `at` (default: the head).
+
+        Sealed, it belongs to its source's erasure subject unless `subject`
+        names another: then erasing the source's subject leaves the fork its
+        own messages and erases only the prefix they share.
+        """
         if key is not None:
             _log.check_key(key)
         if subject is not None:
@@ -651,11 +760,12 @@ class Operations:
         self,
         conversation_id: str,
         to: int | Position,
-        expected: Position | None,
         *,
+        expected: Position | None = None,
         state: dict[str, Any] | None = None,
         expected_state: Mapping[str, Any] | None = None,
     ) -> Op[Conversation]:
+        """Move the head to `to` (compare-and-set against `expected` when given)."""
         state_text = None if state is None else _entries.encode_state(state)
         _check_expected_state(expected_state)
         self._moving_head(conversation_id)
@@ -675,11 +785,13 @@ class Operations:
 
     def events(
         self,
-        conversation_id: str | None,
-        run_id: str | None,
-        after_seq: int | None,
-        limit: int | None,
+        *,
+        conversation_id: str | None = None,
+        run_id: str | None = None,
+        after_seq: int | None = None,
+        limit: int | None = None,
     ) -> Op[list[Event]]:
+        """The raw log, in order."""
         return self._op(
             "reading events",
             write=False,
@@ -696,12 +808,31 @@ class Operations:
     def start_run(
         self,
         conversation_id: str,
-        events: Sequence[NewEvent],
         *,
+        owner: str,
+        run_id: str | None = None,
+        base: int | Position | None = None,
+        resumes: str | None = None,
+        model: str | None = None,
+        instructions_digest: str | None = None,
+        lease_seconds: float = 60.0,
+        events: Sequence[NewEvent] = (),
         create: bool = False,
         exclusive: bool = False,
-        **options: Any,
     ) -> Op[RunCursor]:
+        """Start a run at `base` (default the head), leased to `owner`.
+
+        `events` (the run's prompt) are recorded with `run.started`, atomically.
+
+        Args:
+            create: the run opens a new conversation: `conversation_id` (a
+                new id) is created in the same transaction, so a refused
+                start leaves no conversation behind.
+            exclusive: refuse the start with `ConflictError`, writing nothing,
+                while another run of the conversation is live (running, its
+                lease not expired): one run at a time, where a second one's
+                completion could only conflict.
+        """
         for name, flag in (("create", create), ("exclusive", exclusive)):
             if not isinstance(flag, bool):
                 raise InvalidInputError(f"{name} must be True or False, not {flag!r}.")
@@ -722,7 +853,13 @@ class Operations:
                     create=create,
                     exclusive=exclusive,
                     seal=seal,
-                    **options,
+                    run_id=run_id,
+                    base=base,
+                    resumes=resumes,
+                    model=model,
+                    instructions_digest=instructions_digest,
+                    owner=owner,
+                    lease_seconds=lease_seconds,
                 ),
             )
 
@@ -731,9 +868,14 @@ class Operations:
         )
 
     def record(
-        self, cursor: RunCursor, new_events: Sequence[NewEvent], idempotency_key: str | None
+        self,
+        cursor: RunCursor,
+        events: Sequence[NewEvent],
+        *,
+        idempotency_key: str | None = None,
     ) -> Op[tuple[list[Event], RunCursor]]:
-        encoded = _log.encode_events(new_events)
+        """Append a run's events, fenced by its lease; return them and the new cursor."""
+        encoded = _log.encode_events(events)
         self._moving_head(cursor.conversation_id)
 
         def build(seal: Seal) -> Op[tuple[list[Event], RunCursor]]:
@@ -752,7 +894,10 @@ class Operations:
 
         return replace(build(PLAIN), sealing=Sealing(self.tenant, cursor.conversation_id, build))
 
-    def set_retention(self, idle_days: int, action: str) -> Op[RetentionPolicy]:
+    def set_retention(self, idle_days: int, action: RetentionAction) -> Op[RetentionPolicy]:
+        """Set the tenant's retention policy: conversations idle for `idle_days` are
+        erased (`erase`), or exported and then erased (`export-erase`), by
+        `Store.run_retention` (docs/erasure.md, "Retention")."""
         days, chosen = _retention.check_policy(idle_days, action)
         return self._op(
             f"setting the retention policy of tenant '{self.tenant}'",
@@ -761,6 +906,7 @@ class Operations:
         )
 
     def retention(self) -> Op[RetentionPolicy | None]:
+        """The tenant's retention policy, None when it has none."""
         return self._op(
             f"reading the retention policy of tenant '{self.tenant}'",
             write=False,
@@ -768,49 +914,79 @@ class Operations:
         )
 
     def clear_retention(self) -> Op[bool]:
+        """Remove the tenant's retention policy; whether it had one."""
         return self._op(
             f"clearing the retention policy of tenant '{self.tenant}'",
             write=True,
             fn=lambda c: _retention.clear_policy(c, self.tenant),
         )
 
-    def erase(self, subject: str, reason: str) -> Op[Erasure]:
+    def erase(self, subject: str, *, reason: str) -> Program[Erasure]:
+        """Erase an erasure subject: destroy its data key, in one transaction.
+
+        Every conversation of the subject (a sealed conversation's subject is
+        its own id unless it was given one; forks inherit their source's)
+        gets a `conversation.erased` event naming the subject and `reason`,
+        and reads as erased markers from then on, in every process; it takes
+        no more writes. The log and its hash chain stay whole, so `verify`
+        passes. Erasing a subject again changes nothing and says so
+        (`Erasure.already`). docs/erasure.md says what it guarantees.
+        """
         _keys.check_subject(subject)
         check_long_text(reason, "reason", max_chars=1000)
-        return self._op(
+        op = self._op(
             f"erasing subject '{subject}'",
             write=True,
             fn=lambda c: _erasure.erase(c, self.tenant, subject, reason),
         )
+        return self._forgetting(op)
+
+    def _forgetting(self, op: Op[Erasure]) -> Program[Erasure]:
+        erasure: Erasure = yield op
+        # Opened messages leave this process's memory too (no read would serve
+        # them: each checks its keys).
+        self.cache.clear()
+        return erasure
 
     def complete_run(
         self,
         cursor: RunCursor,
-        usage: Usage | None,
-        request_count: int | None,
-        tool_count: int | None,
-    ) -> Op[tuple[Conversation | None, ConflictError | None]]:
-        """Pass its result to `completed`, after the transaction (see there)."""
-        return self._end_run(
+        *,
+        usage: Usage | None = None,
+        request_count: int | None = None,
+        tool_count: int | None = None,
+    ) -> Program[Conversation]:
+        """Complete a run and move the head to its end by compare-and-set.
+
+        Raises `ConflictError` (after recording the run as failed at stage
+        `conflict`) when the head moved while the run ran.
+        """
+        op = self._end_run(
             cursor,
             "completed",
             usage=usage,
             request_count=request_count,
             tool_count=tool_count,
         )
+        return _completed(op)
 
     def fail_run(
         self,
         cursor: RunCursor,
+        *,
         stage: str,
         error: str,
-        usage: Usage | None,
-        request_count: int | None,
-        tool_count: int | None,
-        canceled: bool,
-        attention: str | None,
-    ) -> Op[tuple[Conversation | None, ConflictError | None]]:
-        return self._end_run(
+        usage: Usage | None = None,
+        request_count: int | None = None,
+        tool_count: int | None = None,
+        canceled: bool = False,
+        attention: str | None = None,
+    ) -> Program[None]:
+        """Record a run as failed (or canceled) at `stage`; the head does not move.
+
+        `attention` marks it as needing a person (listed by `runs.list(attention=True)`).
+        """
+        op = self._end_run(
             cursor,
             "canceled" if canceled else "failed",
             stage=stage,
@@ -820,6 +996,7 @@ class Operations:
             tool_count=tool_count,
             attention=attention,
         )
+        return _ended(op)
 
     def _end_run(
         self, cursor: RunCursor, status: RunStatus, **options: Any
@@ -836,7 +1013,8 @@ class Operations:
         sealing = Sealing(self.tenant, cursor.conversation_id, build, ends=True)
         return replace(build(PLAIN), sealing=sealing)
 
-    def renew_lease(self, cursor: RunCursor, seconds: float) -> Op[None]:
+    def renew_lease(self, cursor: RunCursor, seconds: float = 60.0) -> Op[None]:
+        """Extend the run's lease by `seconds` of the database's clock."""
         return self._op(
             f"renewing the lease of run '{cursor.run_id}'",
             write=True,
@@ -844,6 +1022,7 @@ class Operations:
         )
 
     def run(self, run_id: str) -> Op[Run]:
+        """The run's projection row."""
         return self._op(
             f"reading run '{run_id}'",
             write=False,
@@ -852,11 +1031,13 @@ class Operations:
 
     def runs(
         self,
-        conversation_id: str | None,
-        status: RunStatus | None,
-        attention: bool | None,
-        limit: int,
+        *,
+        conversation_id: str | None = None,
+        status: RunStatus | None = None,
+        attention: bool | None = None,
+        limit: int = 100,
     ) -> Op[list[Run]]:
+        """The tenant's runs, newest first."""
         return self._op(
             "listing runs",
             write=False,
@@ -870,7 +1051,72 @@ class Operations:
             ),
         )
 
-    def verify(self, conversation_id: str, recompute: Recompute) -> Op[Verification]:
+    def tail(
+        self,
+        after: str | None = None,
+        *,
+        conversation_id: str | None = None,
+        follow: bool = False,
+        limit: int = DEFAULT_LIMIT,
+        idle_seconds: float = 5.0,
+        poll_seconds: float = 0.05,
+        stop: Stop | None = None,
+    ) -> TailSettings:
+        """Pages of the tenant's events (or one conversation's) in commit order, after `after`.
+
+        Every event committed after the cursor comes exactly once, and never
+        one that rolled back, in an order consistent with commit order: a
+        transaction that committed before another began comes first, and a
+        transaction's events come together in `seq` order. On Postgres,
+        transactions that overlapped come in transaction-id order, and a
+        commit that becomes visible late (its transaction took its `seq`
+        early) is never passed (docs/adr/0005-audit-pagination.md). Store each page's `next_after`
+        once its events are handled, and pass it back as `after` to resume:
+        in the same transaction as what handling them wrote, for
+        exactly-once; after it, for at-least-once (docs/tail.md).
+
+        Args:
+            after: a `next_after` from an earlier page (or an audit page of
+                `events`); None starts at the beginning of the log.
+            conversation_id: follow one conversation of the tenant only.
+            follow: False stops once caught up (a page with `pending` may
+                hold newer events back); True waits for new commits: on
+                Postgres woken by `LISTEN chatledger_events` (which stores
+                send after their writes, `Store.open(notify=)`), and reading
+                again after `idle_seconds` in any case; on SQLite checking
+                the file's data version every `poll_seconds`.
+            limit: the most events per page.
+            idle_seconds: when following, read again after this long with no
+                wake-up (writes that sent no notification are found then).
+            poll_seconds: SQLite: how often to check for a commit.
+            stop: when following, set it to end the iteration within a
+                fraction of a second: a `threading.Event` set from another
+                thread, or on `AsyncLedger` an `asyncio.Event` (or cancel the
+                task that iterates).
+
+        Only pages with events are yielded, except, when not following, a
+        last empty page with `pending` set if events are held back behind an
+        open transaction (Postgres). Inputs are checked here, before the
+        first page is read, `after` against the log's end with one read: a
+        cursor past it raises `InvalidInputError`. A database that cannot be
+        reached, or a connection that breaks, raises `StorageError` (a
+        follower's too): start again from the stored cursor.
+        """
+        return TailSettings(
+            after=after,
+            conversation_id=conversation_id,
+            limit=limit,
+            follow=follow,
+            idle_seconds=idle_seconds,
+            poll_seconds=poll_seconds,
+            stop=stop,
+        )
+
+    def verify(self, conversation_id: str, *, recompute: Recompute = "auto") -> Op[Verification]:
+        """Recompute one conversation's hash chain; say where it first breaks.
+
+        `recompute`: see `Store.verify`.
+        """
         check_id(conversation_id, "conversation")
 
         def verify_one(conn: Connection) -> Verification:
@@ -887,18 +1133,42 @@ class Operations:
         )
 
     def verify_all(
-        self, progress: Callable[[Verification], None] | None, recompute: Recompute
+        self,
+        progress: Callable[[Verification], None] | None = None,
+        *,
+        recompute: Recompute = "auto",
     ) -> Op[list[Verification]]:
+        """Recompute the hash chain of every conversation of this tenant; `progress` is
+        called with each conversation's result as it comes."""
         return _verify_op(self.tenant, progress, recompute)
 
     def claim_stale_runs(
-        self, owner: str, limit: int, lease_seconds: float, max_attempts: int, run_id: str | None
+        self,
+        *,
+        owner: str,
+        limit: int = 10,
+        lease_seconds: float = 60.0,
+        max_attempts: int = 5,
+        run_id: str | None = None,
     ) -> Op[list[tuple[Run, RunCursor]]]:
+        """Claim runs whose lease expired (each claim a new attempt); only the run
+        `run_id` when given, none while its lease is live."""
         return _claim_op(self.tenant, owner, limit, lease_seconds, max_attempts, run_id)
 
     def export(
-        self, out: TextIO, conversation_id: str | None, progress: Progress | None
+        self,
+        out: TextIO,
+        *,
+        conversation_id: str | None = None,
+        progress: Callable[[int], None] | None = None,
     ) -> Op[ExportReport]:
+        """Write the tenant's conversations, or one with the conversations it was forked
+        from, to `out` as JSON Lines (docs/export.md), streaming from one snapshot.
+
+        The log as stored, byte for byte: sealed content stays sealed (a store
+        that imports it needs the same key-encryption key to read it).
+        `progress` is called with the running count of events written.
+        """
         if conversation_id is not None:
             check_id(conversation_id, "conversation")
         what = f"conversation '{conversation_id}'" if conversation_id else f"tenant '{self.tenant}'"
@@ -910,7 +1180,18 @@ class Operations:
             fn=lambda c: _transfer.export(c, self.tenant, out, conversation_id, progress),
         )
 
-    def import_file(self, source: TextIO, progress: Progress | None) -> Op[ImportReport]:
+    def import_file(
+        self, source: TextIO, *, progress: Callable[[int], None] | None = None
+    ) -> Op[ImportReport]:
+        """Read an export of this tenant from `source` into the store, in one transaction.
+
+        Every line is checked (order, fields, every hash, the end record) before
+        anything commits: a file refused raises `ImportFileError` naming its
+        line, and nothing is written. Conversations the store already holds,
+        identical, are left as they are (`ImportReport.already_present`), so an
+        import can be repeated; one that differs is refused. `progress` is
+        called with the running count of events read.
+        """
         # One transaction: a file refused at any line writes nothing.
         return self._op(
             f"importing into tenant '{self.tenant}'",
@@ -922,9 +1203,27 @@ class Operations:
 class StoreOperations:
     """Builds the operations over the whole database that `Store` and `AsyncStore` run."""
 
+    def __init__(self, sealer: Sealer | None, tenant_ops: Callable[[str], Operations]) -> None:
+        self.sealer = sealer
+        self._tenant_ops = tenant_ops
+
     def migrate(
-        self, partitions: int | None, progress: Callable[[int, int], None] | None
+        self,
+        *,
+        partitions: int | None = None,
+        progress: Callable[[int, int], None] | None = None,
     ) -> Op[None]:
+        """Upgrade the schema to this package's head revision.
+
+        With `connection`, run inside the caller's transaction on it. With
+        `partitions` (Postgres only), also make the events and head-view
+        tables hash-partitioned by conversation into that many partitions,
+        copying their rows, if they are not partitioned yet; a different
+        count on a partitioned database is refused
+        (docs/scaling.md). `progress(done, total)` is called after each
+        revision applied.
+        """
+
         def migrate(conn: Connection) -> None:
             if partitions is not None:
                 _partitions.refuse_sqlite(conn)
@@ -934,26 +1233,77 @@ class StoreOperations:
 
         return Op("migrating the schema", write=True, fn=migrate)
 
-    def rotate_kek(self, sealer: Sealer | None, new: KeyEncryptionKey) -> Op[int]:
+    def run_retention(
+        self,
+        *,
+        tenant: str | None = None,
+        export_dir: str | os.PathLike[str] | None = None,
+        dry_run: bool = False,
+        now: datetime | None = None,
+        progress: Callable[[SubjectOutcome], None] | None = None,
+    ) -> Program[RetentionReport]:
+        """Apply retention policies: for `tenant`, or every tenant that has one.
+
+        Each subject whose conversations are all idle past its tenant's
+        cutoff is exported (for `export-erase`: one file per conversation
+        under `export_dir/tenant-<tenant, percent-encoded>/`, written whole or not at all) and then
+        erased; a subject with an active conversation is kept, and idle
+        conversations stored in the clear are reported, never touched. Run it
+        from a scheduler: a pass killed halfway finishes when run again.
+        `dry_run` writes nothing and reports what would be done; `now` (default
+        the database's clock) is the moment idleness is measured from.
+        `progress` is called with each subject's outcome as it comes.
+        """
+        return run_retention(
+            self._tenant_ops,
+            tenant=tenant,
+            export_dir=export_dir,
+            dry_run=dry_run,
+            now=now,
+            progress=progress,
+        )
+
+    def rotate_kek(self, new: KeyEncryptionKey | bytes) -> Program[int]:
+        """Re-wrap every data key under the key-encryption key `new` (32 bytes or a
+        `KeyEncryptionKey`), in one transaction; returns how many were re-wrapped.
+
+        The store must hold the current key. Afterwards, open every store with
+        `new`; once no backup you keep holds a key row wrapped by the old one,
+        destroying the old key makes erased content unreadable in those
+        backups too (docs/erasure.md, "Rotating the key-encryption key").
+        Keys already under `new` are left as they are, so a repeat is a no-op.
+        """
+        sealer = self.sealer
         if sealer is None:
             raise EncryptionError(
                 "Rotating the key-encryption key needs the current one: open the store with "
                 "it (Store.open(kek=...) or CHATLEDGER_KEK), and pass the new one."
             )
-        return Op(
+        target = kek_for(new)
+        op = Op(
             "re-wrapping the data keys under a new key-encryption key",
             write=True,
-            fn=lambda c: _keys.rewrap(c, sealer.unwrap_under, new),
+            fn=lambda c: _keys.rewrap(c, sealer.unwrap_under, target),
         )
+        return _rekeying(op, sealer, target)
 
     def check_schema(self) -> Op[None]:
+        """Raise `SchemaError` unless the database is at this package's head revision."""
         return Op(
             "reading the schema version",
             write=False,
             fn=lambda c: _at_head(_migrate.current_revision(c)),
         )
 
-    def rebuild(self, progress: Callable[[int, int], None] | None, tenant: str | None) -> Op[int]:
+    def rebuild(
+        self, progress: Callable[[int, int], None] | None = None, *, tenant: str | None = None
+    ) -> Op[int]:
+        """Recompute every materialized view from the events; return the view count.
+
+        It runs in one transaction: readers see the old views until it commits.
+        `progress(done, total)` is called as it goes; `tenant` rebuilds only the
+        views of that tenant's conversations.
+        """
         if tenant is not None:
             _log.check_text(tenant, "tenant")
         return Op(
@@ -963,14 +1313,37 @@ class StoreOperations:
         )
 
     def claim_stale_runs(
-        self, owner: str, limit: int, lease_seconds: float, max_attempts: int, run_id: str | None
+        self,
+        *,
+        owner: str,
+        limit: int = 10,
+        lease_seconds: float = 60.0,
+        max_attempts: int = 5,
+        run_id: str | None = None,
     ) -> Op[list[tuple[Run, RunCursor]]]:
+        """Claim stale runs of every tenant (for a resume worker serving them all); only
+        the run `run_id` when given (`chatledger resume RUN_ID`)."""
         return _claim_op(None, owner, limit, lease_seconds, max_attempts, run_id)
 
     def verify(
-        self, progress: Callable[[Verification], None] | None, recompute: Recompute
+        self,
+        progress: Callable[[Verification], None] | None = None,
+        *,
+        recompute: Recompute = "auto",
     ) -> Op[list[Verification]]:
+        """Recompute the hash chain of every conversation of every tenant.
+
+        `recompute` says where the hashes are computed: `"auto"` (in SQL on
+        Postgres, fastest; here on SQLite), `"database"`, or `"client"` (in
+        this process, independent of the server's own functions).
+        """
         return _verify_op(None, progress, recompute)
+
+
+def _rekeying(op: Op[int], sealer: Sealer, target: KeyEncryptionKey) -> Program[int]:
+    count: int = yield op
+    sealer.rekey(target)  # this store (and its ledgers) seals under `new` now
+    return count
 
 
 def _verify_op(
@@ -1068,14 +1441,21 @@ def _as_message(value: Message | dict[str, Any]) -> Message:
     return value if isinstance(value, Message) else load_message(value)
 
 
-def completed(result: tuple[Conversation | None, ConflictError | None]) -> Conversation:
+def _completed(
+    op: Op[tuple[Conversation | None, ConflictError | None]],
+) -> Program[Conversation]:
     """The conversation a completed run moved the head of, or the run's conflict, raised.
 
     Raised here, after the transaction committed, because the transaction
     that finds the conflict also records the run as failed at stage `conflict`.
     """
+    result: tuple[Conversation | None, ConflictError | None] = yield op
     conversation, conflict = result
     if conflict is not None:
         raise conflict
     assert conversation is not None
     return conversation
+
+
+def _ended(op: Op[Any]) -> Program[None]:
+    yield op

@@ -171,7 +171,7 @@ def _export(ops: Operations, conversation_id: str, path: Path) -> Program[None]:
     out, aside = yield Blocking(lambda: _open_aside(path))
     try:
         with out:
-            yield ops.export(out, conversation_id, None)
+            yield ops.export(out, conversation_id=conversation_id)
             yield Blocking(lambda: _sync(out))
         yield Blocking(lambda: _publish(aside, path))
     except BaseException:

@@ -9,7 +9,6 @@ as coroutines.
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, TextIO, TypeVar
@@ -19,7 +18,7 @@ from sqlalchemy.engine import Connection, Engine
 from chatledger.store import _tail
 from chatledger.store._audit import Audit
 from chatledger.store._cache import HeadCache, MessageCache, TailCache
-from chatledger.store._crypto import KeyEncryptionKey, kek_for, sealer_for
+from chatledger.store._crypto import KeyEncryptionKey, sealer_for
 from chatledger.store._db.engines import (
     DriverConnections,
     Durability,
@@ -37,8 +36,8 @@ from chatledger.store._db.tail import (
     sqlite_connector,
 )
 from chatledger.store._errors import ConflictError, EncryptionError, ErasedError
-from chatledger.store._ops import Operations, StoreOperations, completed
-from chatledger.store._retention import RetentionReport, SubjectOutcome, run_retention
+from chatledger.store._ops import Operations, StoreOperations
+from chatledger.store._retention import RetentionReport, SubjectOutcome
 from chatledger.store._sealing import drive, needs_opening, opening, preparing
 from chatledger.store._sql.dialect import is_sqlite
 from chatledger.store._sql.erasure import Erasure
@@ -49,6 +48,7 @@ from chatledger.store._sql.tail import notify_on_commit
 from chatledger.store._sql.transfer import ExportReport, ImportReport
 from chatledger.store._sql.translate import translating
 from chatledger.store._sql.verify import Recompute, Verification
+from chatledger.store._tail import Stop
 from chatledger.store._values import (
     Appended,
     Conversation,
@@ -62,7 +62,7 @@ from chatledger.store._values import (
 )
 from chatledger.store.messages import Message, Usage
 
-__all__ = ["Ledger", "Store"]
+__all__ = ["Ledger", "Retention", "Runs", "Store"]
 
 T = TypeVar("T")
 
@@ -90,7 +90,7 @@ class Store:
         # connections of their own (see `DriverConnections`).
         self._sqlite = is_sqlite(engine)
         self._driver = DriverConnections(engine)
-        self._ops = StoreOperations()
+        self._ops = StoreOperations(self._sealer, self._tenant_ops)
         self.message_cache = MessageCache(message_cache)
         self._heads = HeadCache()
         self._tails = TailCache()
@@ -199,6 +199,15 @@ class Store:
         if self._owns_engine:
             self.engine.dispose()
 
+    def _tenant_ops(self, tenant: str) -> Operations:
+        return Operations(tenant, self.message_cache, self._sealer, self._heads, self._tails)
+
+    def tenant(self, tenant: str) -> Ledger:
+        """A handle whose every operation is scoped to `tenant`."""
+        return Ledger(self, tenant)
+
+    # -- operations: written by scripts/faces.py from store/_ops.py; edit them there --
+
     def migrate(
         self,
         connection: Connection | None = None,
@@ -216,10 +225,7 @@ class Store:
         (docs/scaling.md). `progress(done, total)` is called after each
         revision applied.
         """
-        self.execute(self._ops.migrate(partitions, progress), connection)
-
-    def _tenant_ops(self, tenant: str) -> Operations:
-        return Operations(tenant, self.message_cache, self._sealer, self._heads, self._tails)
+        return self.execute(self._ops.migrate(partitions=partitions, progress=progress), connection)
 
     def run_retention(
         self,
@@ -242,22 +248,22 @@ class Store:
         the database's clock) is the moment idleness is measured from.
         `progress` is called with each subject's outcome as it comes.
         """
-        program = run_retention(
-            self._tenant_ops,
-            tenant=tenant,
-            export_dir=export_dir,
-            dry_run=dry_run,
-            now=now,
-            progress=progress,
+        return drive(
+            self._ops.run_retention(
+                tenant=tenant,
+                export_dir=export_dir,
+                dry_run=dry_run,
+                now=now,
+                progress=progress,
+            ),
+            self.execute,
         )
-        return drive(program, self.execute)
-
-    def tenant(self, tenant: str) -> Ledger:
-        """A handle whose every operation is scoped to `tenant`."""
-        return Ledger(self, tenant)
 
     def rebuild(
-        self, progress: Callable[[int, int], None] | None = None, *, tenant: str | None = None
+        self,
+        progress: Callable[[int, int], None] | None = None,
+        *,
+        tenant: str | None = None,
     ) -> int:
         """Recompute every materialized view from the events; return the view count.
 
@@ -265,7 +271,7 @@ class Store:
         `progress(done, total)` is called as it goes; `tenant` rebuilds only the
         views of that tenant's conversations.
         """
-        return self.execute(self._ops.rebuild(progress, tenant))
+        return self.execute(self._ops.rebuild(progress, tenant=tenant))
 
     def claim_stale_runs(
         self,
@@ -279,14 +285,20 @@ class Store:
         """Claim stale runs of every tenant (for a resume worker serving them all); only
         the run `run_id` when given (`chatledger resume RUN_ID`)."""
         return self.execute(
-            self._ops.claim_stale_runs(owner, limit, lease_seconds, max_attempts, run_id)
+            self._ops.claim_stale_runs(
+                owner=owner,
+                limit=limit,
+                lease_seconds=lease_seconds,
+                max_attempts=max_attempts,
+                run_id=run_id,
+            )
         )
 
     def verify(
         self,
         progress: Callable[[Verification], None] | None = None,
         *,
-        recompute: Recompute = "auto",
+        recompute: Recompute = 'auto',
     ) -> list[Verification]:
         """Recompute the hash chain of every conversation of every tenant.
 
@@ -294,7 +306,7 @@ class Store:
         Postgres, fastest; here on SQLite), `"database"`, or `"client"` (in
         this process, independent of the server's own functions).
         """
-        return self.execute(self._ops.verify(progress, recompute))
+        return self.execute(self._ops.verify(progress, recompute=recompute))
 
     def rotate_kek(self, new: KeyEncryptionKey | bytes) -> int:
         """Re-wrap every data key under the key-encryption key `new` (32 bytes or a
@@ -306,15 +318,13 @@ class Store:
         backups too (docs/erasure.md, "Rotating the key-encryption key").
         Keys already under `new` are left as they are, so a repeat is a no-op.
         """
-        target = kek_for(new)
-        count = self.execute(self._ops.rotate_kek(self._sealer, target))
-        assert self._sealer is not None  # rotate_kek refused a store without one
-        self._sealer.rekey(target)  # this store (and its ledgers) seals under `new` now
-        return count
+        return drive(self._ops.rotate_kek(new), self.execute)
 
     def check_schema(self) -> None:
         """Raise `SchemaError` unless the database is at this package's head revision."""
-        self.execute(self._ops.check_schema())
+        return self.execute(self._ops.check_schema())
+
+    # -- end of the operations --
 
     def execute(self, op: Op[T], connection: Connection | None = None) -> T:
         """Run one operation in its own transaction.
@@ -382,9 +392,7 @@ class Ledger:
 
     def __init__(self, store: Store, tenant: str) -> None:
         self._store = store
-        self._ops = Operations(
-            tenant, store.message_cache, store._sealer, store._heads, store._tails
-        )
+        self._ops = store._tenant_ops(tenant)
 
     @property
     def tenant(self) -> str:
@@ -395,6 +403,35 @@ class Ledger:
     def audit(self) -> Audit:
         """Audit queries over this tenant's log: timelines, model requests, tools, lineage."""
         return Audit(self._store, self._ops.tenant)
+
+    @property
+    def runs(self) -> Runs:
+        """The tenant's runs: start, record, complete or fail one; leases; listings."""
+        return Runs(self._store, self._ops)
+
+    @property
+    def retention(self) -> Retention:
+        """The tenant's retention policy (docs/erasure.md, "Retention")."""
+        return Retention(self._store, self._ops)
+
+    def _tail(self, settings: _tail.TailSettings) -> Iterator[Page[Event]]:
+        tenant, store = self.tenant, self._store
+        if settings.after is not None:
+            store.execute(_tail.start_op(tenant, settings.after))
+        waiter: _tail.Waiter = (
+            SqliteWaiter(sqlite_connector(store.engine), settings.poll_seconds)
+            if is_sqlite(store.engine)
+            else PostgresWaiter(connector(store.engine))
+        )
+        return _tail.tail(
+            lambda cursor: store.execute(_tail.tail_op(tenant, settings, cursor)),
+            waiter=waiter,
+            after=settings.after,
+            settings=settings,
+            stop=settings.stop,
+        )
+
+    # -- operations: written by scripts/faces.py from store/_ops.py; edit them there --
 
     def create_conversation(
         self,
@@ -411,7 +448,12 @@ class Ledger:
         erases every conversation of the subject at once.
         """
         return self._store.execute(
-            self._ops.create_conversation(metadata, conversation_id, key, subject)
+            self._ops.create_conversation(
+                metadata,
+                conversation_id=conversation_id,
+                key=key,
+                subject=subject,
+            )
         )
 
     def conversation(self, conversation_id: str) -> Conversation:
@@ -421,39 +463,6 @@ class Ledger:
     def conversation_by_key(self, key: str) -> Conversation:
         """The conversation created with `key`; `NotFoundError` when the tenant has none."""
         return self._store.execute(self._ops.conversation_by_key(key))
-
-    def entries(
-        self,
-        conversation_id: str,
-        *,
-        at: int | Position | None = None,
-        last: int | None = None,
-    ) -> list[Entry]:
-        """The messages of the history at the head (or `at`), each with its event id and position, oldest first; only the last `last` with it, in one query. Unrepaired: each entry is a message as stored."""
-        return self._store.execute(self._ops.entries(conversation_id, at, last))
-
-    def state_changes(
-        self, conversation_id: str | None = None, *, run_id: str | None = None
-    ) -> list[Event]:
-        """The `state.changed` events, oldest first, their payloads opened: those a
-        conversation's log holds (every branch, and the lineage a fork continues from
-        its source), or those stamped with `run_id` in any of the tenant's
-        conversations, or with both, those of the conversation stamped with the run."""
-        return self._store.execute(self._ops.state_changes(conversation_id, run_id))
-
-    def entry(self, event_id: str) -> Entry:
-        """The message with this event id, which its caller minted (`append_messages(ids=...)`)."""
-        return self._store.execute(self._ops.entry(event_id))
-
-    def set_state(
-        self,
-        conversation_id: str,
-        state: dict[str, Any],
-        *,
-        expected_state: Mapping[str, Any] | None = None,
-    ) -> Conversation:
-        """Replace the conversation's state (a `state.changed` event at the head), by compare-and-set on the fields of `expected_state` when given."""
-        return self._store.execute(self._ops.set_state(conversation_id, state, expected_state))
 
     def conversations(self, limit: int = 50, before: str | None = None) -> list[Conversation]:
         """The tenant's conversations, newest first, at most `limit` of them.
@@ -468,6 +477,32 @@ class Ledger:
         """
         return self._store.execute(self._ops.conversations(limit, before))
 
+    def entries(
+        self,
+        conversation_id: str,
+        *,
+        at: int | Position | None = None,
+        last: int | None = None,
+    ) -> list[Entry]:
+        """The messages of the history at the head (or `at`), each with its event id and position, oldest first; only the last `last` with it, in one query. Unrepaired: each entry is a message as stored."""
+        return self._store.execute(self._ops.entries(conversation_id, at=at, last=last))
+
+    def entry(self, event_id: str) -> Entry:
+        """The message with this event id, which its caller minted (`append_messages(ids=...)`)."""
+        return self._store.execute(self._ops.entry(event_id))
+
+    def state_changes(
+        self,
+        conversation_id: str | None = None,
+        *,
+        run_id: str | None = None,
+    ) -> list[Event]:
+        """The `state.changed` events, oldest first, their payloads opened: those a
+        conversation's log holds (every branch, and the lineage a fork continues from
+        its source), or those stamped with `run_id` in any of the tenant's
+        conversations, or with both, those of the conversation stamped with the run."""
+        return self._store.execute(self._ops.state_changes(conversation_id, run_id=run_id))
+
     def append_messages(
         self,
         conversation_id: str,
@@ -476,7 +511,7 @@ class Ledger:
         expected: int | Position | None = None,
         run_id: str | None = None,
         idempotency_key: str | None = None,
-        origin: str = "client",
+        origin: str = 'client',
         create: bool = False,
         metadata: dict[str, Any] | None = None,
         after: int | Position | None = None,
@@ -550,29 +585,24 @@ class Ledger:
             ConflictError: `expected`, `expected_state` or an id no longer
                 holds; reload and retry.
         """
-        done = self._store.execute(
+        return drive(
             self._ops.append_messages(
                 conversation_id,
                 messages,
-                expected,
-                run_id,
-                idempotency_key,
-                origin,
-                create,
-                metadata,
+                expected=expected,
+                run_id=run_id,
+                idempotency_key=idempotency_key,
+                origin=origin,
+                create=create,
+                metadata=metadata,
                 after=after,
                 ids=ids,
                 state=state,
                 expected_state=expected_state,
                 subject=subject,
-            )
+            ),
+            self._store.execute,
         )
-        found = self._ops.report(done, messages)
-        if isinstance(found, Op):  # the report needs the history the append followed
-            history: list[Message] = self._store.execute(found)
-            found = self._ops.report(done, messages, history)
-        assert isinstance(found, Appended)
-        return found
 
     def history(
         self,
@@ -582,7 +612,7 @@ class Ledger:
         repaired: bool = True,
     ) -> list[Message]:
         """The history at the head, or `at` a position or moment; repaired by default."""
-        return self._store.execute(self._ops.history(conversation_id, at, repaired))
+        return self._store.execute(self._ops.history(conversation_id, at=at, repaired=repaired))
 
     def fork(
         self,
@@ -599,7 +629,9 @@ class Ledger:
         names another: then erasing the source's subject leaves the fork its
         own messages and erases only the prefix they share.
         """
-        return self._store.execute(self._ops.fork(conversation_id, at, metadata, key, subject))
+        return self._store.execute(
+            self._ops.fork(conversation_id, at=at, metadata=metadata, key=key, subject=subject)
+        )
 
     def move_head(
         self,
@@ -613,23 +645,13 @@ class Ledger:
         """Move the head to `to` (compare-and-set against `expected` when given)."""
         return self._store.execute(
             self._ops.move_head(
-                conversation_id, to, expected, state=state, expected_state=expected_state
+                conversation_id,
+                to,
+                expected=expected,
+                state=state,
+                expected_state=expected_state,
             )
         )
-
-    def set_retention(self, idle_days: int, action: RetentionAction) -> RetentionPolicy:
-        """Set the tenant's retention policy: conversations idle for `idle_days` are
-        erased (`erase`), or exported and then erased (`export-erase`), by
-        `Store.run_retention` (docs/erasure.md, "Retention")."""
-        return self._store.execute(self._ops.set_retention(idle_days, action))
-
-    def retention(self) -> RetentionPolicy | None:
-        """The tenant's retention policy, None when it has none."""
-        return self._store.execute(self._ops.retention())
-
-    def clear_retention(self) -> bool:
-        """Remove the tenant's retention policy; whether it had one."""
-        return self._store.execute(self._ops.clear_retention())
 
     def erase(self, subject: str, *, reason: str) -> Erasure:
         """Erase an erasure subject: destroy its data key, in one transaction.
@@ -642,11 +664,7 @@ class Ledger:
         passes. Erasing a subject again changes nothing and says so
         (`Erasure.already`). docs/erasure.md says what it guarantees.
         """
-        erasure = self._store.execute(self._ops.erase(subject, reason))
-        # Opened messages leave this process's memory too (no read would serve
-        # them: each checks its keys).
-        self._ops.cache.clear()
-        return erasure
+        return drive(self._ops.erase(subject, reason=reason), self._store.execute)
 
     def events(
         self,
@@ -657,9 +675,141 @@ class Ledger:
         limit: int | None = None,
     ) -> list[Event]:
         """The raw log, in order."""
-        return self._store.execute(self._ops.events(conversation_id, run_id, after_seq, limit))
+        return self._store.execute(
+            self._ops.events(
+                conversation_id=conversation_id,
+                run_id=run_id,
+                after_seq=after_seq,
+                limit=limit,
+            )
+        )
 
-    def start_run(
+    def tail(
+        self,
+        after: str | None = None,
+        *,
+        conversation_id: str | None = None,
+        follow: bool = False,
+        limit: int = DEFAULT_LIMIT,
+        idle_seconds: float = 5.0,
+        poll_seconds: float = 0.05,
+        stop: Stop | None = None,
+    ) -> Iterator[Page[Event]]:
+        """Pages of the tenant's events (or one conversation's) in commit order, after `after`.
+
+        Every event committed after the cursor comes exactly once, and never
+        one that rolled back, in an order consistent with commit order: a
+        transaction that committed before another began comes first, and a
+        transaction's events come together in `seq` order. On Postgres,
+        transactions that overlapped come in transaction-id order, and a
+        commit that becomes visible late (its transaction took its `seq`
+        early) is never passed (docs/adr/0005-audit-pagination.md). Store each page's `next_after`
+        once its events are handled, and pass it back as `after` to resume:
+        in the same transaction as what handling them wrote, for
+        exactly-once; after it, for at-least-once (docs/tail.md).
+
+        Args:
+            after: a `next_after` from an earlier page (or an audit page of
+                `events`); None starts at the beginning of the log.
+            conversation_id: follow one conversation of the tenant only.
+            follow: False stops once caught up (a page with `pending` may
+                hold newer events back); True waits for new commits: on
+                Postgres woken by `LISTEN chatledger_events` (which stores
+                send after their writes, `Store.open(notify=)`), and reading
+                again after `idle_seconds` in any case; on SQLite checking
+                the file's data version every `poll_seconds`.
+            limit: the most events per page.
+            idle_seconds: when following, read again after this long with no
+                wake-up (writes that sent no notification are found then).
+            poll_seconds: SQLite: how often to check for a commit.
+            stop: when following, set it to end the iteration within a
+                fraction of a second: a `threading.Event` set from another
+                thread, or on `AsyncLedger` an `asyncio.Event` (or cancel the
+                task that iterates).
+
+        Only pages with events are yielded, except, when not following, a
+        last empty page with `pending` set if events are held back behind an
+        open transaction (Postgres). Inputs are checked here, before the
+        first page is read, `after` against the log's end with one read: a
+        cursor past it raises `InvalidInputError`. A database that cannot be
+        reached, or a connection that breaks, raises `StorageError` (a
+        follower's too): start again from the stored cursor.
+        """
+        return self._tail(self._ops.tail(
+            after,
+            conversation_id=conversation_id,
+            follow=follow,
+            limit=limit,
+            idle_seconds=idle_seconds,
+            poll_seconds=poll_seconds,
+            stop=stop,
+        ))
+
+    def verify(self, conversation_id: str, *, recompute: Recompute = 'auto') -> Verification:
+        """Recompute one conversation's hash chain; say where it first breaks.
+
+        `recompute`: see `Store.verify`.
+        """
+        return self._store.execute(self._ops.verify(conversation_id, recompute=recompute))
+
+    def verify_all(
+        self,
+        progress: Callable[[Verification], None] | None = None,
+        *,
+        recompute: Recompute = 'auto',
+    ) -> list[Verification]:
+        """Recompute the hash chain of every conversation of this tenant; `progress` is
+        called with each conversation's result as it comes."""
+        return self._store.execute(self._ops.verify_all(progress, recompute=recompute))
+
+    def export(
+        self,
+        out: TextIO,
+        *,
+        conversation_id: str | None = None,
+        progress: Callable[[int], None] | None = None,
+    ) -> ExportReport:
+        """Write the tenant's conversations, or one with the conversations it was forked
+        from, to `out` as JSON Lines (docs/export.md), streaming from one snapshot.
+
+        The log as stored, byte for byte: sealed content stays sealed (a store
+        that imports it needs the same key-encryption key to read it).
+        `progress` is called with the running count of events written.
+        """
+        return self._store.execute(
+            self._ops.export(out, conversation_id=conversation_id, progress=progress)
+        )
+
+    def import_file(
+        self,
+        source: TextIO,
+        *,
+        progress: Callable[[int], None] | None = None,
+    ) -> ImportReport:
+        """Read an export of this tenant from `source` into the store, in one transaction.
+
+        Every line is checked (order, fields, every hash, the end record) before
+        anything commits: a file refused raises `ImportFileError` naming its
+        line, and nothing is written. Conversations the store already holds,
+        identical, are left as they are (`ImportReport.already_present`), so an
+        import can be repeated; one that differs is refused. `progress` is
+        called with the running count of events read.
+        """
+        return self._store.execute(self._ops.import_file(source, progress=progress))
+
+    # -- end of the operations --
+
+
+class Runs:
+    """A tenant's runs (`Ledger.runs`): each run a lease-fenced writer of events."""
+
+    def __init__(self, store: Store, ops: Operations) -> None:
+        self._store = store
+        self._ops = ops
+
+    # -- operations: written by scripts/faces.py from store/_ops.py; edit them there --
+
+    def start(
         self,
         conversation_id: str,
         *,
@@ -690,14 +840,14 @@ class Ledger:
         return self._store.execute(
             self._ops.start_run(
                 conversation_id,
-                events,
+                owner=owner,
                 run_id=run_id,
                 base=base,
                 resumes=resumes,
                 model=model,
                 instructions_digest=instructions_digest,
-                owner=owner,
                 lease_seconds=lease_seconds,
+                events=events,
                 create=create,
                 exclusive=exclusive,
             )
@@ -711,9 +861,11 @@ class Ledger:
         idempotency_key: str | None = None,
     ) -> tuple[list[Event], RunCursor]:
         """Append a run's events, fenced by its lease; return them and the new cursor."""
-        return self._store.execute(self._ops.record(cursor, events, idempotency_key))
+        return self._store.execute(
+            self._ops.record(cursor, events, idempotency_key=idempotency_key)
+        )
 
-    def complete_run(
+    def complete(
         self,
         cursor: RunCursor,
         *,
@@ -726,11 +878,17 @@ class Ledger:
         Raises `ConflictError` (after recording the run as failed at stage
         `conflict`) when the head moved while the run ran.
         """
-        return completed(
-            self._store.execute(self._ops.complete_run(cursor, usage, request_count, tool_count))
+        return drive(
+            self._ops.complete_run(
+                cursor,
+                usage=usage,
+                request_count=request_count,
+                tool_count=tool_count,
+            ),
+            self._store.execute,
         )
 
-    def fail_run(
+    def fail(
         self,
         cursor: RunCursor,
         *,
@@ -744,124 +902,31 @@ class Ledger:
     ) -> None:
         """Record a run as failed (or canceled) at `stage`; the head does not move.
 
-        `attention` marks it as needing a person (listed by `runs(attention=True)`).
+        `attention` marks it as needing a person (listed by `runs.list(attention=True)`).
         """
-        self._store.execute(
+        return drive(
             self._ops.fail_run(
-                cursor, stage, error, usage, request_count, tool_count, canceled, attention
-            )
+                cursor,
+                stage=stage,
+                error=error,
+                usage=usage,
+                request_count=request_count,
+                tool_count=tool_count,
+                canceled=canceled,
+                attention=attention,
+            ),
+            self._store.execute,
         )
-
-    def verify(self, conversation_id: str, *, recompute: Recompute = "auto") -> Verification:
-        """Recompute one conversation's hash chain; say where it first breaks.
-
-        `recompute`: see `Store.verify`.
-        """
-        return self._store.execute(self._ops.verify(conversation_id, recompute))
-
-    def tail(
-        self,
-        after: str | None = None,
-        *,
-        conversation_id: str | None = None,
-        follow: bool = False,
-        limit: int = DEFAULT_LIMIT,
-        idle_seconds: float = 5.0,
-        poll_seconds: float = 0.05,
-        stop: threading.Event | None = None,
-    ) -> Iterator[Page[Event]]:
-        """Pages of the tenant's events (or one conversation's) in commit order, after `after`.
-
-        Every event committed after the cursor comes exactly once, and never
-        one that rolled back, in an order consistent with commit order: a
-        transaction that committed before another began comes first, and a
-        transaction's events come together in `seq` order. On Postgres,
-        transactions that overlapped come in transaction-id order, and a
-        commit that becomes visible late (its transaction took its `seq`
-        early) is never passed (docs/adr/0005-audit-pagination.md). Store each page's `next_after`
-        once its events are handled, and pass it back as `after` to resume:
-        in the same transaction as what handling them wrote, for
-        exactly-once; after it, for at-least-once (docs/tail.md).
-
-        Args:
-            after: a `next_after` from an earlier page (or an audit page of
-                `events`); None starts at the beginning of the log.
-            conversation_id: follow one conversation of the tenant only.
-            follow: False stops once caught up (a page with `pending` may
-                hold newer events back); True waits for new commits: on
-                Postgres woken by `LISTEN chatledger_events` (which stores
-                send after their writes, `Store.open(notify=)`), and reading
-                again after `idle_seconds` in any case; on SQLite checking
-                the file's data version every `poll_seconds`.
-            limit: the most events per page.
-            idle_seconds: when following, read again after this long with no
-                wake-up (writes that sent no notification are found then).
-            poll_seconds: SQLite: how often to check for a commit.
-            stop: when following, set it (from another thread) to end the
-                iteration within a fraction of a second.
-
-        Only pages with events are yielded, except, when not following, a
-        last empty page with `pending` set if events are held back behind an
-        open transaction (Postgres). Inputs are checked here, before the
-        first page is read, `after` against the log's end with one read: a
-        cursor past it raises `InvalidInputError`. A database that cannot be
-        reached, or a connection that breaks, raises `StorageError` (a
-        follower's too): start again from the stored cursor.
-        """
-        settings = _tail.TailSettings(
-            after=after,
-            conversation_id=conversation_id,
-            limit=limit,
-            follow=follow,
-            idle_seconds=idle_seconds,
-            poll_seconds=poll_seconds,
-        )
-        tenant, store = self.tenant, self._store
-        if after is not None:
-            store.execute(_tail.start_op(tenant, after))
-        waiter: _tail.Waiter = (
-            SqliteWaiter(sqlite_connector(store.engine), settings.poll_seconds)
-            if is_sqlite(store.engine)
-            else PostgresWaiter(connector(store.engine))
-        )
-        return _tail.tail(
-            lambda cursor: store.execute(_tail.tail_op(tenant, settings, cursor)),
-            waiter=waiter,
-            after=after,
-            settings=settings,
-            stop=stop,
-        )
-
-    def verify_all(
-        self,
-        progress: Callable[[Verification], None] | None = None,
-        *,
-        recompute: Recompute = "auto",
-    ) -> list[Verification]:
-        """Recompute the hash chain of every conversation of this tenant; `progress` is
-        called with each conversation's result as it comes."""
-        return self._store.execute(self._ops.verify_all(progress, recompute))
 
     def renew_lease(self, cursor: RunCursor, seconds: float = 60.0) -> None:
         """Extend the run's lease by `seconds` of the database's clock."""
-        self._store.execute(self._ops.renew_lease(cursor, seconds))
+        return self._store.execute(self._ops.renew_lease(cursor, seconds))
 
-    def run(self, run_id: str) -> Run:
+    def get(self, run_id: str) -> Run:
         """The run's projection row."""
         return self._store.execute(self._ops.run(run_id))
 
-    def runs(
-        self,
-        *,
-        conversation_id: str | None = None,
-        status: RunStatus | None = None,
-        attention: bool | None = None,
-        limit: int = 100,
-    ) -> list[Run]:
-        """The tenant's runs, newest first."""
-        return self._store.execute(self._ops.runs(conversation_id, status, attention, limit))
-
-    def claim_stale_runs(
+    def claim_stale(
         self,
         *,
         owner: str,
@@ -873,35 +938,57 @@ class Ledger:
         """Claim runs whose lease expired (each claim a new attempt); only the run
         `run_id` when given, none while its lease is live."""
         return self._store.execute(
-            self._ops.claim_stale_runs(owner, limit, lease_seconds, max_attempts, run_id)
+            self._ops.claim_stale_runs(
+                owner=owner,
+                limit=limit,
+                lease_seconds=lease_seconds,
+                max_attempts=max_attempts,
+                run_id=run_id,
+            )
         )
 
-    def export(
+    def recent(
         self,
-        out: TextIO,
         *,
         conversation_id: str | None = None,
-        progress: Callable[[int], None] | None = None,
-    ) -> ExportReport:
-        """Write the tenant's conversations, or one with the conversations it was forked
-        from, to `out` as JSON Lines (docs/export.md), streaming from one snapshot.
+        status: RunStatus | None = None,
+        attention: bool | None = None,
+        limit: int = 100,
+    ) -> list[Run]:
+        """The tenant's runs, newest first."""
+        return self._store.execute(
+            self._ops.runs(
+                conversation_id=conversation_id,
+                status=status,
+                attention=attention,
+                limit=limit,
+            )
+        )
 
-        The log as stored, byte for byte: sealed content stays sealed (a store
-        that imports it needs the same key-encryption key to read it).
-        `progress` is called with the running count of events written.
-        """
-        return self._store.execute(self._ops.export(out, conversation_id, progress))
+    # -- end of the operations --
 
-    def import_file(
-        self, source: TextIO, *, progress: Callable[[int], None] | None = None
-    ) -> ImportReport:
-        """Read an export of this tenant from `source` into the store, in one transaction.
 
-        Every line is checked (order, fields, every hash, the end record) before
-        anything commits: a file refused raises `ImportFileError` naming its
-        line, and nothing is written. Conversations the store already holds,
-        identical, are left as they are (`ImportReport.already_present`), so an
-        import can be repeated; one that differs is refused. `progress` is
-        called with the running count of events read.
-        """
-        return self._store.execute(self._ops.import_file(source, progress))
+class Retention:
+    """A tenant's retention policy (`Ledger.retention`)."""
+
+    def __init__(self, store: Store, ops: Operations) -> None:
+        self._store = store
+        self._ops = ops
+
+    # -- operations: written by scripts/faces.py from store/_ops.py; edit them there --
+
+    def set(self, idle_days: int, action: RetentionAction) -> RetentionPolicy:
+        """Set the tenant's retention policy: conversations idle for `idle_days` are
+        erased (`erase`), or exported and then erased (`export-erase`), by
+        `Store.run_retention` (docs/erasure.md, "Retention")."""
+        return self._store.execute(self._ops.set_retention(idle_days, action))
+
+    def get(self) -> RetentionPolicy | None:
+        """The tenant's retention policy, None when it has none."""
+        return self._store.execute(self._ops.retention())
+
+    def clear(self) -> bool:
+        """Remove the tenant's retention policy; whether it had one."""
+        return self._store.execute(self._ops.clear_retention())
+
+    # -- end of the operations --

@@ -11,8 +11,6 @@ docs/adr/0037-cli-errors-and-cursors.md.
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import replace
@@ -37,6 +35,13 @@ _PENDING_FIRST = 0.01
 _PENDING_MOST = 1.0
 
 
+class Stop(Protocol):
+    """What ends a following tail once set: a `threading.Event`, or on the async
+    face an `asyncio.Event`."""
+
+    def is_set(self) -> bool: ...
+
+
 class TailSettings:
     """A tail's arguments, every one checked here, before anything runs."""
 
@@ -49,6 +54,7 @@ class TailSettings:
         follow: bool,
         idle_seconds: float,
         poll_seconds: float,
+        stop: Stop | None = None,
     ) -> None:
         check_cursor(after)
         if conversation_id is not None:
@@ -61,6 +67,8 @@ class TailSettings:
                 )
         if not isinstance(follow, bool):
             raise InvalidInputError(f"follow must be True or False, not {follow!r}.")
+        self.after = after
+        self.stop = stop
         self.conversation_id = conversation_id
         self.limit = limit
         self.follow = follow
@@ -175,7 +183,7 @@ def tail(
     waiter: Waiter,
     after: str | None,
     settings: TailSettings,
-    stop: threading.Event | None,
+    stop: Stop | None,
 ) -> Iterator[Page[Event]]:
     """Pages of new events from `after` on; see `Ledger.tail`."""
     try:
@@ -210,7 +218,7 @@ async def async_tail(
     waiter: AsyncPostgresWaiter | SqliteWaiter,
     after: str | None,
     settings: TailSettings,
-    stop: asyncio.Event | None,
+    stop: Stop | None,
 ) -> AsyncIterator[Page[Event]]:
     """`tail` for `AsyncLedger.tail`: `read` is a coroutine function; cancel the
     consuming task to stop following. `start` (`start_op`, which the call

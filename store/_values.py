@@ -134,7 +134,7 @@ class Conversation:
     key: str | None = None
     """The caller's own name for it (`create_conversation(key=...)`), unique in the tenant."""
     state: dict[str, Any] = field(default_factory=dict)
-    """Its current state: a JSON object that changes after creation (`set_state`)."""
+    """Its current state: a JSON object that changes after creation (`append_messages(state=...)`)."""
     subject: str | None = None
     """Its erasure subject when its content is sealed (docs/erasure.md); None: in the clear."""
     erased_at: Timestamp | None = None

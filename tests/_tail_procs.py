@@ -123,9 +123,7 @@ def write(
                         # append inside a transaction of its own
                         # (`Store.execute(op, connection)`), so it can hold
                         # the commit back, or roll back, after the rows exist.
-                        op = ledger._ops.append_messages(
-                            conversation_id, messages, None, None, None, "client"
-                        )
+                        op = next(ledger._ops.append_messages(conversation_id, messages))
                         appended = store.execute(op, conn)
                         time.sleep(hold)  # a random delay between the insert and the commit
                         if roll_back:

@@ -217,8 +217,8 @@ def test_runs_lists_and_filters(seeded: tuple[str, str]) -> None:
     url, conv = seeded
     with Store.open(url) as store:
         ledger = store.tenant("cli")
-        cursor = ledger.start_run(conv, owner="t")
-        ledger.fail_run(cursor, stage="model", error="x", attention="look at me")
+        cursor = ledger.runs.start(conv, owner="t")
+        ledger.runs.fail(cursor, stage="model", error="x", attention="look at me")
     rows = json.loads(
         chatledger("runs", "--tenant", "cli", "--attention", "--json", url=url).stdout
     )

@@ -187,8 +187,8 @@ def test_resume_once_names_the_runs_still_running_and_when_their_lease_runs_out(
     with Store.open(own_database) as store:
         ledger = store.tenant("acme")
         conv = ledger.create_conversation().id
-        cursor = ledger.start_run(conv, owner="a-live-process")  # the default lease: 60 s
-        expires = ledger.run(cursor.run_id).lease_expires_at
+        cursor = ledger.runs.start(conv, owner="a-live-process")  # the default lease: 60 s
+        expires = ledger.runs.get(cursor.run_id).lease_expires_at
     assert expires is not None
     out = ok("resume", "--agent", AGENT, "--once", url=own_database)
     assert out.startswith("No crashed runs to resume: 1 run is still running under a live lease")
@@ -202,9 +202,9 @@ def test_resume_run_id_says_why_not_in_a_sentence_for_each_state(
 ) -> None:
     with Store.open(database_url) as store:
         ledger = store.tenant(tenant)
-        live = ledger.start_run(ledger.create_conversation().id, owner="alive")
-        done = ledger.start_run(ledger.create_conversation().id, owner="done")
-        ledger.complete_run(done)
+        live = ledger.runs.start(ledger.create_conversation().id, owner="alive")
+        done = ledger.runs.start(ledger.create_conversation().id, owner="done")
+        ledger.runs.complete(done)
     args = ("--agent", AGENT, "--tenant", tenant)
 
     line = error_line("resume", live.run_id, *args, url=database_url)
@@ -226,11 +226,11 @@ def test_resume_run_id_resumes_a_crashed_run_and_a_canceled_one_once(
     prompt = NewEvent.of_message(Message(role="user", content="Weather in Oslo?"))
     with Store.open(database_url) as store:
         ledger = store.tenant(tenant)
-        crashed = ledger.start_run(
+        crashed = ledger.runs.start(
             ledger.create_conversation().id, owner="dead", lease_seconds=0, events=[prompt]
         )
-        canceled = ledger.start_run(ledger.create_conversation().id, owner="gone", events=[prompt])
-        ledger.fail_run(canceled, stage="disconnect", error="the client went away", canceled=True)
+        canceled = ledger.runs.start(ledger.create_conversation().id, owner="gone", events=[prompt])
+        ledger.runs.fail(canceled, stage="disconnect", error="the client went away", canceled=True)
 
     for cursor in (crashed, canceled):
         out = ok("resume", cursor.run_id, "--agent", AGENT, "--tenant", tenant, url=database_url)
@@ -241,10 +241,10 @@ def test_resume_run_id_resumes_a_crashed_run_and_a_canceled_one_once(
         assert "was resumed already by run" in line
     with Store.open(database_url) as store:
         ledger = store.tenant(tenant)
-        assert ledger.run(crashed.run_id).stage == "crashed"
+        assert ledger.runs.get(crashed.run_id).stage == "crashed"
         for cursor in (crashed, canceled):
             (resume,) = [
-                r for r in ledger.runs(conversation_id=cursor.conversation_id) if r.resumes
+                r for r in ledger.runs.recent(conversation_id=cursor.conversation_id) if r.resumes
             ]
             assert resume.status == "completed"
 
@@ -253,11 +253,11 @@ def test_resume_takes_protected_tools_on_the_command_line(own_database: str) -> 
     with Store.open(own_database) as store:
         ledger = store.tenant("acme")
         prompt = NewEvent.of_message(Message(role="user", content="Weather in Oslo?"))
-        cursor = ledger.start_run(ledger.create_conversation().id, owner="dead", events=[prompt])
-        _, cursor = ledger.record(
+        cursor = ledger.runs.start(ledger.create_conversation().id, owner="dead", events=[prompt])
+        _, cursor = ledger.runs.record(
             cursor, [NewEvent("tool.started", {"callId": "c1", "name": "weather"})]
         )
-        ledger.renew_lease(cursor, 0)  # its process died: the lease runs out now
+        ledger.runs.renew_lease(cursor, 0)  # its process died: the lease runs out now
     out = ok(
         "resume",
         "--agent",
@@ -329,7 +329,7 @@ def long_work(database_url: str, tenant: str, tmp_path: Path) -> tuple[str, str,
         for text in ("a", "b", "c"):
             conv = ledger.create_conversation().id
             ledger.append_messages(conv, [Message(role="user", content=text)])
-        ledger.set_retention(30, "erase")
+        ledger.retention.set(30, "erase")
     export = tmp_path / "export.jsonl"
     ok("export", "--tenant", tenant, "--output", str(export), url=database_url)
     return database_url, tenant, export

@@ -92,8 +92,8 @@ def build(ledger: Ledger) -> Scenario:
     ledger.append_messages(conv.id, [user("a NUL \x00 inside")], idempotency_key="k1")
 
     # A failed run on the head's own branch: its partial lies beyond the head.
-    failed = ledger.start_run(conv.id, owner="w1", model="scripted")
-    _, failed = ledger.record(
+    failed = ledger.runs.start(conv.id, owner="w1", model="scripted")
+    _, failed = ledger.runs.record(
         failed,
         [
             said(user("partial prompt")),
@@ -101,11 +101,11 @@ def build(ledger: Ledger) -> Scenario:
             said(assistant("partial answer", [ToolCall(id="c0", name="lookup")])),
         ],
     )
-    ledger.fail_run(failed, stage="tool", error="the tool crashed")
+    ledger.runs.fail(failed, stage="tool", error="the tool crashed")
 
     # The next run's base (the head) is no longer a tip: it opens a run branch.
-    done = ledger.start_run(conv.id, owner="w1", model="scripted", instructions_digest="d")
-    _, done = ledger.record(
+    done = ledger.runs.start(conv.id, owner="w1", model="scripted", instructions_digest="d")
+    _, done = ledger.runs.record(
         done,
         [
             said(user("what is 6*7?")),
@@ -118,22 +118,22 @@ def build(ledger: Ledger) -> Scenario:
             said(assistant("It is 42.")),
         ],
     )
-    ledger.complete_run(done, request_count=2, tool_count=1)
+    ledger.runs.complete(done, request_count=2, tool_count=1)
     ledger.append_messages(conv.id, [user("thanks")])
 
     # Two runs from the same head: the first to complete moves the head.
-    lost = ledger.start_run(conv.id, owner="w1")  # appends on the head's branch
-    won = ledger.start_run(conv.id, owner="w2")  # opens a run branch
-    _, lost = ledger.record(lost, [said(user("race")), said(assistant("lost answer"))])
-    _, won = ledger.record(won, [said(user("race")), said(assistant("winning answer"))])
-    ledger.complete_run(won)
+    lost = ledger.runs.start(conv.id, owner="w1")  # appends on the head's branch
+    won = ledger.runs.start(conv.id, owner="w2")  # opens a run branch
+    _, lost = ledger.runs.record(lost, [said(user("race")), said(assistant("lost answer"))])
+    _, won = ledger.runs.record(won, [said(user("race")), said(assistant("winning answer"))])
+    ledger.runs.complete(won)
     with pytest.raises(ConflictError):
-        ledger.complete_run(lost)  # recorded as failed at stage "conflict"
+        ledger.runs.complete(lost)  # recorded as failed at stage "conflict"
 
     # Resume the run that lost, then cancel the resume.
-    resume = ledger.start_run(conv.id, owner="w3", resumes=lost.run_id)
-    _, resume = ledger.record(resume, [said(assistant("resumed answer"))])
-    ledger.fail_run(resume, stage="user", error="stopped by the user", canceled=True)
+    resume = ledger.runs.start(conv.id, owner="w3", resumes=lost.run_id)
+    _, resume = ledger.runs.record(resume, [said(assistant("resumed answer"))])
+    ledger.runs.fail(resume, stage="user", error="stopped by the user", canceled=True)
 
     # An edit: a wrong turn, then the head moved back before it (an edit branch).
     before = ledger.conversation(conv.id).head
@@ -154,11 +154,11 @@ def build(ledger: Ledger) -> Scenario:
     ledger.append_messages(late.id, [user("a question only the late fork has")])
 
     # A run that crashed on every attempt is given up: it needs attention.
-    crashed = ledger.start_run(conv.id, owner="w4", lease_seconds=-5)
-    assert ledger.claim_stale_runs(owner="rescuer", max_attempts=1) == []
+    crashed = ledger.runs.start(conv.id, owner="w4", lease_seconds=-5)
+    assert ledger.runs.claim_stale(owner="rescuer", max_attempts=1) == []
 
     # A run whose worker died: its lease expired, nobody claimed it yet.
-    stale = ledger.start_run(conv.id, owner="w5", lease_seconds=-5)
+    stale = ledger.runs.start(conv.id, owner="w5", lease_seconds=-5)
 
     return Scenario(
         tenant=ledger.tenant,
@@ -249,7 +249,7 @@ def check_history_at_position(run: Run, ledger: Ledger, s: Scenario) -> None:
 
 def check_run_history(run: Run, ledger: Ledger, s: Scenario) -> None:
     for cursor in s.runs.values():
-        row = ledger.run(cursor.run_id)
+        row = ledger.runs.get(cursor.run_id)
         at = Position(row.branch_id, row.position)
         assert_history(run(run_id=row.id), ledger.history(s.conv.id, at=at, repaired=False))
     partial = [m.content for m in messages(run(run_id=s.runs["failed"].run_id))]
@@ -279,20 +279,20 @@ def check_conversation_events(run: Run, ledger: Ledger, s: Scenario) -> None:
 def check_runs_needing_attention(run: Run, ledger: Ledger, s: Scenario) -> None:
     rows = run()
     assert ids([r.id for r in rows]) == [s.runs["gave_up"].run_id]
-    assert {r.id for r in ledger.runs(attention=True)} == set(ids([r.id for r in rows]))
+    assert {r.id for r in ledger.runs.recent(attention=True)} == set(ids([r.id for r in rows]))
     assert (rows[0].status, rows[0].stage) == ("failed", "gave_up")
 
 
 def check_stale_runs(run: Run, ledger: Ledger, s: Scenario) -> None:
     rows = run()
     assert ids([r.id for r in rows]) == [s.runs["stale"].run_id]
-    claimed = ledger.claim_stale_runs(owner="late-rescuer")
+    claimed = ledger.runs.claim_stale(owner="late-rescuer")
     assert [r.id for r, _ in claimed] == ids([r.id for r in rows])
     assert run() == []
 
 
 def check_unresumed_failed_runs(run: Run, ledger: Ledger, s: Scenario) -> None:
-    all_runs = ledger.runs()
+    all_runs = ledger.runs.recent()
     resumed = {r.resumes for r in all_runs if r.resumes}
     expected = {r.id for r in all_runs if r.status in ("failed", "canceled")} - resumed
     rows = run()
@@ -341,8 +341,8 @@ def check_tool_results_of_a_run(run: Run, ledger: Ledger, s: Scenario) -> None:
     assert [(r.tool_call_id, r.tool_name, bool(r.failed)) for r in rows] == [("c1", "calc", False)]
     # A payload with a NUL character in the scanned range does not break the query.
     conv = s.conv.id
-    cursor = ledger.start_run(conv, owner="w6")
-    _, cursor = ledger.record(
+    cursor = ledger.runs.start(conv, owner="w6")
+    _, cursor = ledger.runs.record(
         cursor,
         [
             said(user("NUL \x00 in the prompt")),

@@ -1,5 +1,10 @@
 """The sync and async faces offer the same operations, with the same parameters.
 
+Their operations are written from one declaration each (`store._ops`) by
+scripts/faces.py, so the first test here is that the files hold what it
+writes: an edit by hand, or a declaration changed without regenerating,
+fails it.
+
 Each pair is compared member by member with `inspect`: the same public
 names, the same kind of member, the same parameters (names, kinds, defaults,
 annotations as written) and return annotation; an async face's method is a
@@ -11,15 +16,36 @@ longer matches anything fails too, so the list cannot go stale.
 from __future__ import annotations
 
 import inspect
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from chatledger.store import AsyncAudit, AsyncLedger, AsyncStore, Audit, Ledger, Store
+from chatledger.store import (
+    AsyncAudit,
+    AsyncLedger,
+    AsyncRetention,
+    AsyncRuns,
+    AsyncStore,
+    Audit,
+    Ledger,
+    Retention,
+    Runs,
+    Store,
+)
 
-PAIRS = [(Store, AsyncStore), (Ledger, AsyncLedger), (Audit, AsyncAudit)]
+ROOT = Path(__file__).resolve().parent.parent
+
+PAIRS = [
+    (Store, AsyncStore),
+    (Ledger, AsyncLedger),
+    (Runs, AsyncRuns),
+    (Retention, AsyncRetention),
+    (Audit, AsyncAudit),
+]
 
 # The context-manager protocol has its own names on each side.
 RENAMED = {"__enter__": "__aenter__", "__exit__": "__aexit__"}
@@ -46,6 +72,10 @@ DIFFERENCES: dict[tuple[str, str, str], tuple[str, str]] = {
     ("Store", "tenant", "return"): ("Ledger", "AsyncLedger"),
     ("Ledger", "__init__", "store"): ("Store", "AsyncStore"),
     ("Ledger", "audit", "return"): ("Audit", "AsyncAudit"),
+    ("Ledger", "runs", "return"): ("Runs", "AsyncRuns"),
+    ("Ledger", "retention", "return"): ("Retention", "AsyncRetention"),
+    ("Runs", "__init__", "store"): ("Store", "AsyncStore"),
+    ("Retention", "__init__", "store"): ("Store", "AsyncStore"),
     # Joining the caller's transaction takes the caller's kind of connection
     # (on the async face the upgrade runs through `AsyncConnection.run_sync`).
     ("Store", "migrate", "connection"): ("Connection | None", "AsyncConnection | None"),
@@ -53,11 +83,18 @@ DIFFERENCES: dict[tuple[str, str, str], tuple[str, str]] = {
     # The audit faces run on whatever executes an `Op`, sync or async
     # (protocols in `store._sql.ops`, so they import no store face).
     ("Audit", "__init__", "store"): ("Executor", "AsyncExecutor"),
-    # A tail is iterated with `for` on one face, `async for` on the other, and
-    # stopped from another thread or another task.
+    # A tail is iterated with `for` on one face, `async for` on the other.
     ("Ledger", "tail", "return"): ("Iterator[Page[Event]]", "AsyncIterator[Page[Event]]"),
-    ("Ledger", "tail", "stop"): ("threading.Event | None", "asyncio.Event | None"),
 }
+
+
+def test_the_faces_hold_what_their_declarations_write() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "faces.py"), "--check"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def members(cls: type) -> dict[str, Any]:

@@ -232,7 +232,9 @@ class LedgerConversationStore(ConversationStore):
                     )
                     head = moved.head
                 else:
-                    changed = await self.ledger.set_state(ledger_id, state, expected_state=expected)
+                    changed = await self.ledger.append_messages(
+                        ledger_id, [], state=state, expected_state=expected
+                    )
                     head = changed.head
         except ConflictError as error:
             raise ConversationConflict(cid) from error
@@ -247,9 +249,10 @@ class LedgerConversationStore(ConversationStore):
         if conv is None or stored is None or stored.revision != expected_revision:
             raise ConversationConflict(conversation_id)
         try:
-            await self.ledger.set_state(
+            await self.ledger.append_messages(
                 conv.id,
-                {REVISION: new_id(), RECORD: None},
+                [],
+                state={REVISION: new_id(), RECORD: None},
                 expected_state={REVISION: expected_revision},
             )
         except ConflictError as error:
@@ -330,7 +333,9 @@ class LedgerConversationStore(ConversationStore):
             conv = await self.ledger.fork(
                 at.conversation_id, at=at.position, key=record.conversation_id
             )
-        changed = await self.ledger.set_state(conv.id, state, expected_state={REVISION: None})
+        changed = await self.ledger.append_messages(
+            conv.id, [], state=state, expected_state={REVISION: None}
+        )
         return conv.id, changed.head
 
     async def _append(

@@ -168,7 +168,7 @@ def _positioned(
 
 def runs(args: argparse.Namespace) -> int:
     with open_store(args) as store:
-        found = store.tenant(args.tenant).runs(
+        found = store.tenant(args.tenant).runs.recent(
             conversation_id=args.conversation,
             status=args.status,
             attention=True if args.attention else None,
@@ -244,14 +244,14 @@ def resume(args: argparse.Namespace) -> int:
 
 def _resume_one(args: argparse.Namespace, worker: ResumeWorker, ledger: Ledger) -> int:
     """`resume RUN_ID`: that run now, or a sentence saying why it cannot be."""
-    run = ledger.run(args.run)
+    run = ledger.runs.get(args.run)
     if run.status == "completed":
         raise UsageError(
             f"Run '{run.id}' completed: there is nothing to resume. Ask the conversation "
             f"again, or `chatledger fork` it to answer from an earlier position."
         )
     resumed_by = [
-        r for r in ledger.runs(conversation_id=run.conversation_id) if r.resumes == run.id
+        r for r in ledger.runs.recent(conversation_id=run.conversation_id) if r.resumes == run.id
     ]
     if resumed_by:
         raise UsageError(
@@ -260,7 +260,7 @@ def _resume_one(args: argparse.Namespace, worker: ResumeWorker, ledger: Ledger) 
         )
     outcome = asyncio.run(worker.resume_run(ledger, run.id))
     if outcome is None:
-        now = ledger.run(run.id)
+        now = ledger.runs.get(run.id)
         raise UsageError(
             f"Run '{run.id}' is still running: its lease, held by '{now.lease_owner}', runs "
             f"out at {_time(now.lease_expires_at)}. A live process is renewing it; if that "

@@ -176,7 +176,7 @@ def demo(
         say(f"   a second pass finds {counted(len(again), 'run')} to resume")
 
         say("\n4. A fork: the same conversation, another question")
-        point = ledger.run(first.run_id).position  # where the first run completed
+        point = ledger.runs.get(first.run_id).position  # where the first run completed
         fork = ledger.fork(conv, at=point)
         forked = agent.run(ledger, "And in Cairo?", fork.id)
         say(f"   fork {fork.id[:13]}… of {conv[:13]}… at position {point}")
@@ -186,7 +186,7 @@ def demo(
         )
 
         say("\n5. Audit")
-        for run in reversed(ledger.runs(conversation_id=conv)):
+        for run in reversed(ledger.runs.recent(conversation_id=conv)):
             stage = f" at {run.stage}" if run.stage else ""
             resumes = f", resumes {run.resumes[:13]}…" if run.resumes else ""
             say(f"   run {run.id[:13]}… {run.status}{stage}{resumes}")
@@ -226,7 +226,7 @@ def _wait_for_tool_batch(
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"the demo's child process exited early ({process.returncode})")
-        for run in ledger.runs(conversation_id=conversation_id, status="running"):
+        for run in ledger.runs.recent(conversation_id=conversation_id, status="running"):
             kinds = [e.kind for e in ledger.events(run_id=run.id)]
             if "tool.finished" in kinds:
                 return run.id

@@ -18,7 +18,7 @@ from chatledger.engine._cli._common import (
 
 def set_policy(args: argparse.Namespace) -> int:
     with open_store(args) as store:
-        policy = store.tenant(args.tenant).set_retention(args.idle_days, args.action)
+        policy = store.tenant(args.tenant).retention.set(args.idle_days, args.action)
     if args.json:
         print_json(_policy(policy))
         return 0
@@ -37,7 +37,7 @@ def _policy(policy: Any) -> dict[str, Any] | None:
 
 def show(args: argparse.Namespace) -> int:
     with open_store(args) as store:
-        policy = store.tenant(args.tenant).retention()
+        policy = store.tenant(args.tenant).retention.get()
     if args.json:
         print_json(_policy(policy))
     elif policy is None:
@@ -51,7 +51,7 @@ def show(args: argparse.Namespace) -> int:
 
 def clear(args: argparse.Namespace) -> int:
     with open_store(args) as store:
-        had = store.tenant(args.tenant).clear_retention()
+        had = store.tenant(args.tenant).retention.clear()
     print(
         f"Tenant '{args.tenant}': retention policy removed."
         if had

@@ -30,7 +30,6 @@ from chatledger.store._sql import log as _log
 from chatledger.store._sql import projector
 from chatledger.store._sql.log import (
     canonical_json,
-    create_branch,
     event_from_row,
     get_conversation,
     insert_events,
@@ -53,7 +52,6 @@ __all__ = [
     "move_head",
     "record_ids",
     "record_state",
-    "set_state",
     "state_changed",
     "state_changes",
     "store_state",
@@ -321,25 +319,6 @@ def store_state(conn: Connection, conversation_id: str, state_text: str) -> None
     conn.execute(
         conversations.update().where(conversations.c.id == conversation_id).values(state=state_text)
     )
-
-
-def set_state(
-    conn: Connection,
-    tenant: str,
-    conversation_id: str,
-    state_text: str,
-    expected: Mapping[str, Any] | None,
-) -> Conversation:
-    """Replace the conversation's state by compare-and-set on `expected`'s fields."""
-    conv = get_conversation(conn, tenant, conversation_id, lock=True)
-    check_state(conv, expected)
-    at = conv.head
-    if not conv.head_open:  # a run writes past the head: the change takes a line of its own
-        branch_id, _ = create_branch(conn, conv.id, conv.head, "edit", origin="client")
-        at = Position(branch_id, conv.head.position + 1)
-        conv = replace(conv, head=at)
-    record_state(conn, conv, at, state_text)
-    return get_conversation(conn, tenant, conversation_id)
 
 
 def move_head(

@@ -11,12 +11,14 @@ import os
 import random
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from chatledger.engine import Agent, ModelRequest, RunContext, tool
 from chatledger.engine.providers.scripted import ScriptedModel
 from chatledger.store import Ledger, Message, Store, ToolCall
 from tests.agent.helpers import results_since_prompt
+from tests.agent.intercept import intercepted
 
 CITIES = ("Oslo", "Lima", "Cairo")
 PROMPT = "Weather in Oslo, Lima and Cairo?"
@@ -82,24 +84,22 @@ def weather(city: str) -> str:
 agent = Agent(ScriptedModel(script), instructions_fn=_remember, tools=[weather])
 
 
-class AckingLedger:
+def acking(ledger: Ledger) -> Ledger:
     """A real ledger that prints the seq of every event it acknowledges."""
 
-    def __init__(self, ledger: Ledger) -> None:
-        self._ledger = ledger
+    def around(op: Any, run: Callable[[], Any]) -> Any:
+        result = run()
+        if op.action.startswith("recording events of run"):
+            events, _ = result
+            print("ack " + " ".join(str(e.seq) for e in events), flush=True)
+        return result
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._ledger, name)
-
-    def record(self, *args: Any, **kwargs: Any) -> Any:
-        events, cursor = self._ledger.record(*args, **kwargs)
-        print("ack " + " ".join(str(e.seq) for e in events), flush=True)
-        return events, cursor
+    return intercepted(ledger, around)
 
 
 def main(url: str, tenant: str, conversation_id: str, lease_seconds: str) -> None:
     with Store.open(url) as store:
-        ledger = AckingLedger(store.tenant(tenant))
+        ledger = acking(store.tenant(tenant))
         agent.run(
             ledger,
             PROMPT,

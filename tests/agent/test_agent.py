@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,7 @@ from chatledger.store import (
     trim_history,
 )
 from tests.agent.helpers import weather, weather_agent
+from tests.agent.intercept import intercepted
 
 GOLDEN = Path(__file__).parent / "golden_requests.json"
 
@@ -244,13 +246,13 @@ def test_instructions_that_fail_write_nothing_and_advise_no_resume(ledger: Ledge
 
 def test_a_run_while_another_is_live_is_refused_before_it_writes(ledger: Ledger) -> None:
     conversation_id = ledger.create_conversation().id
-    live = ledger.start_run(conversation_id, owner="elsewhere")
+    live = ledger.runs.start(conversation_id, owner="elsewhere")
     before = ledger.events()
     model = ScriptedModel(["never"])
     with pytest.raises(ConflictError, match=live.run_id):
         Agent(model).run(ledger, "go", conversation_id)
     assert ledger.events() == before and model.requests == []
-    ledger.fail_run(live, stage="model", error="gone")
+    ledger.runs.fail(live, stage="model", error="gone")
     assert Agent(ScriptedModel(["ok"])).run(ledger, "go", conversation_id).output == "ok"
 
 
@@ -474,7 +476,7 @@ def test_a_failure_whose_text_holds_a_nul_is_recorded(ledger: Ledger) -> None:
 
     with pytest.raises(RunError) as caught:
         Agent(ScriptedModel(broken)).run(ledger, "go")
-    run = ledger.run(caught.value.run_id)
+    run = ledger.runs.get(caught.value.run_id)
     assert run.status == "failed" and run.error is not None
     assert "bad\ufffdbyte" in run.error
 
@@ -522,23 +524,18 @@ def test_on_message_announces_each_recorded_message_in_log_order(ledger: Ledger)
 
 
 class _SlowFailure:
-    """An `AsyncLedger` whose `fail_run` waits until the test has cancelled the run again."""
+    """An `AsyncLedger` whose run failure waits until the test has cancelled the run again."""
 
     def __init__(self, ledger: Any) -> None:
-        self._ledger = ledger
         self.failing = asyncio.Event()
         self.cancelled_again = asyncio.Event()
+        self.ledger = intercepted(ledger, self._around)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._ledger, name)
-
-    async def record(self, *args: Any, **kwargs: Any) -> Any:
-        return await self._ledger.record(*args, **kwargs)
-
-    async def fail_run(self, *args: Any, **kwargs: Any) -> Any:
-        self.failing.set()
-        await asyncio.shield(self.cancelled_again.wait())
-        return await self._ledger.fail_run(*args, **kwargs)
+    async def _around(self, op: Any, run: Callable[[], Awaitable[Any]]) -> Any:
+        if op.action.startswith("ending run"):
+            self.failing.set()
+            await asyncio.shield(self.cancelled_again.wait())
+        return await run()
 
 
 async def test_a_run_cancelled_twice_still_records_its_cancellation(database_url: str) -> None:
@@ -561,7 +558,7 @@ async def test_a_run_cancelled_twice_still_records_its_cancellation(database_url
         ledger = store.tenant(f"twice-{new_id()[-8:]}")
         slow = _SlowFailure(ledger)
         run_id = new_id()
-        task = asyncio.create_task(agent.run_async(slow, "go", run_id=run_id))  # type: ignore[arg-type]
+        task = asyncio.create_task(agent.run_async(slow.ledger, "go", run_id=run_id))
         await started.wait()
         task.cancel()
         await slow.failing.wait()
@@ -570,7 +567,7 @@ async def test_a_run_cancelled_twice_still_records_its_cancellation(database_url
         with pytest.raises(RunError) as failed:
             await task
         assert failed.value.stage == "disconnect"
-        run = await ledger.run(run_id)
+        run = await ledger.runs.get(run_id)
         assert (run.status, run.stage) == ("canceled", "disconnect")
 
 

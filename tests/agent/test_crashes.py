@@ -96,7 +96,7 @@ def run_trials(url: str, ledger: Ledger, exec_log: Path) -> list[Trial]:
                     # Whether it had exited is read before its runs: a process can
                     # start and finish its whole run between the two reads.
                     exited = trial.process.poll() is not None
-                    if ledger.runs(conversation_id=trial.conversation_id):
+                    if ledger.runs.recent(conversation_id=trial.conversation_id):
                         # The random moment of the kill, counted from when its run began.
                         kills.append((time.monotonic() + rng.uniform(0, 0.4), trial))
                         waiting.remove(trial)
@@ -130,7 +130,7 @@ def run_trials(url: str, ledger: Ledger, exec_log: Path) -> list[Trial]:
 
 async def resume_all(worker: ResumeWorker, ledger: Ledger, conversations: list[str]) -> None:
     deadline = time.monotonic() + 120
-    while any(ledger.runs(conversation_id=c, status="running") for c in conversations):
+    while any(ledger.runs.recent(conversation_id=c, status="running") for c in conversations):
         assert time.monotonic() < deadline, "crashed runs were not all resumed"
         if not await worker.run_once(limit=100):
             await asyncio.sleep(0.05)  # leases expire on the database's clock
@@ -166,12 +166,12 @@ def test_killed_agents_are_resumed_exactly_once(
     crashed = [
         t
         for t in trials
-        if any(r.stage == "crashed" for r in ledger.runs(conversation_id=t.conversation_id))
+        if any(r.stage == "crashed" for r in ledger.runs.recent(conversation_id=t.conversation_id))
     ]
     assert len(crashed) >= len(trials) // 2, "most trials must really crash mid-run"
     for trial in trials:
         conv = trial.conversation_id
-        runs = ledger.runs(conversation_id=conv)
+        runs = ledger.runs.recent(conversation_id=conv)
         completed = [r for r in runs if r.status == "completed"]
         assert len(completed) == 1, (
             f"{conv}: {[(r.status, r.stage, r.error) for r in runs]}; "

@@ -8,6 +8,7 @@ beyond the head hold exactly that partial, and the next run sees none of it.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -24,37 +25,41 @@ from chatledger.store import (
     normalize_history,
 )
 from tests.agent.helpers import weather_agent, weather_script
+from tests.agent.intercept import intercepted
 
 RECORDS_IN_A_CLEAN_RUN = 7  # 2 x (requested, responded), started, 2 x finished
 
 
-class FaultyLedger:
-    """A real ledger whose N-th `record` (or `complete_run`) fails before or after writing."""
+ACTIONS = {
+    "record": "recording events of run",
+    "start_run": "starting a run",
+    "complete_run": "ending run",
+}
 
-    def __init__(self, ledger: Ledger, method: str, n: int, when: str) -> None:
-        self._ledger, self._method, self._n, self._when = ledger, method, n, when
-        self._calls = 0
 
-    def __getattr__(self, name: str) -> Any:
-        attribute = getattr(self._ledger, name)
-        if name != self._method:
-            return attribute
+def faulty(ledger: Ledger, method: str, n: int, when: str) -> Ledger:
+    """A real ledger whose N-th `record` (or run start, or completion) fails before or
+    after writing."""
+    calls = 0
 
-        def call(*args: Any, **kwargs: Any) -> Any:
-            self._calls += 1
-            if self._calls == self._n and self._when == "before":
-                raise StorageError(f"injected failure before {name} #{self._n}")
-            result = attribute(*args, **kwargs)
-            if self._calls == self._n and self._when == "after":
-                raise StorageError(f"injected failure after {name} #{self._n}")
-            return result
+    def around(op: Any, run: Callable[[], Any]) -> Any:
+        nonlocal calls
+        if not op.action.startswith(ACTIONS[method]):
+            return run()
+        calls += 1
+        if calls == n and when == "before":
+            raise StorageError(f"injected failure before {method} #{n}")
+        result = run()
+        if calls == n and when == "after":
+            raise StorageError(f"injected failure after {method} #{n}")
+        return result
 
-        return call
+    return intercepted(ledger, around)
 
 
 def check_failed_run(ledger: Ledger, conversation_id: str, head: Position, error: RunError) -> None:
     assert ledger.conversation(conversation_id).head == head
-    run = ledger.run(error.run_id)
+    run = ledger.runs.get(error.run_id)
     assert run.status in ("failed", "canceled")
     at_failure = ledger.history(conversation_id, at=Position(run.branch_id, run.position))
     responded = [e for e in ledger.events(run_id=run.id) if e.kind == "model.responded"]
@@ -91,9 +96,8 @@ def fresh_conversation(ledger: Ledger) -> tuple[str, Position]:
 @pytest.mark.parametrize("n", range(1, RECORDS_IN_A_CLEAN_RUN + 1))
 def test_store_failure_at_every_append(ledger: Ledger, n: int, when: str) -> None:
     conversation_id, head = fresh_conversation(ledger)
-    faulty = FaultyLedger(ledger, "record", n, when)
     with pytest.raises(RunError) as caught:
-        weather_agent().run(faulty, "Weather?", conversation_id)
+        weather_agent().run(faulty(ledger, "record", n, when), "Weather?", conversation_id)
     assert caught.value.stage == "store"
     check_failed_run(ledger, conversation_id, head, caught.value)
 
@@ -105,9 +109,9 @@ def test_store_failure_at_every_append(ledger: Ledger, n: int, when: str) -> Non
 def test_store_failure_starting_or_completing(ledger: Ledger, method: str, when: str) -> None:
     conversation_id, head = fresh_conversation(ledger)
     with pytest.raises(RunError) as caught:
-        weather_agent().run(FaultyLedger(ledger, method, 1, when), "Weather?", conversation_id)
+        weather_agent().run(faulty(ledger, method, 1, when), "Weather?", conversation_id)
     if (method, when) == ("start_run", "before"):
-        assert ledger.runs(conversation_id=conversation_id) == []
+        assert ledger.runs.recent(conversation_id=conversation_id) == []
         assert caught.value.partial is None
         return
     check_failed_run(ledger, conversation_id, head, caught.value)
@@ -116,10 +120,10 @@ def test_store_failure_starting_or_completing(ledger: Ledger, method: str, when:
 def test_lost_acknowledgement_of_completion_still_returns_the_result(ledger: Ledger) -> None:
     conversation_id, head = fresh_conversation(ledger)
     result = weather_agent().run(
-        FaultyLedger(ledger, "complete_run", 1, "after"), "Weather?", conversation_id
+        faulty(ledger, "complete_run", 1, "after"), "Weather?", conversation_id
     )
     assert ledger.conversation(conversation_id).head != head
-    assert ledger.run(result.run_id).status == "completed"
+    assert ledger.runs.get(result.run_id).status == "completed"
 
 
 @pytest.mark.parametrize("request_number", [1, 2])
@@ -198,7 +202,7 @@ def test_cancellation_mid_batch_closes_unanswered_calls(ledger: Ledger) -> None:
         )
     error = caught.value
     assert error.stage == "canceled"
-    run = ledger.run(error.run_id)
+    run = ledger.runs.get(error.run_id)
     assert run.status == "canceled"
     branch = ledger.history(
         conversation_id, at=Position(run.branch_id, run.position), repaired=False
@@ -234,7 +238,7 @@ def test_failed_run_is_resumed_from_its_partial(ledger: Ledger) -> None:
         agent.run(ledger, "Weather?", conversation_id)
     failed = caught.value
     resumed = agent.resume(ledger, failed.run_id)
-    assert ledger.run(resumed.run_id).resumes == failed.run_id
+    assert ledger.runs.get(resumed.run_id).resumes == failed.run_id
     history = ledger.history(conversation_id)
     assert history == resumed.messages
     assert [m.content for m in history].count("Weather?") == 1

@@ -37,7 +37,7 @@ def crashed_run(ledger: Ledger) -> tuple[str, str]:
     """A run whose process died after its first model turn and one tool start."""
     conv = ledger.create_conversation()
     prompt = Message(role="user", content=crash_agent.PROMPT)
-    cursor = ledger.start_run(
+    cursor = ledger.runs.start(
         conv.id, owner="dead-process", lease_seconds=LEASE, events=[NewEvent.of_message(prompt)]
     )
     turn = Message(
@@ -47,8 +47,8 @@ def crashed_run(ledger: Ledger) -> tuple[str, str]:
             for c in crash_agent.CITIES
         ],
     )
-    _, cursor = ledger.record(cursor, [NewEvent("model.responded"), NewEvent.of_message(turn)])
-    ledger.record(cursor, [NewEvent("tool.started", {"callId": "oslo-1", "name": "weather"})])
+    _, cursor = ledger.runs.record(cursor, [NewEvent("model.responded"), NewEvent.of_message(turn)])
+    ledger.runs.record(cursor, [NewEvent("tool.started", {"callId": "oslo-1", "name": "weather"})])
     return conv.id, cursor.run_id
 
 
@@ -101,7 +101,7 @@ def worker_process(
 
 
 def completed_once(ledger: Ledger, conversation_id: str) -> bool:
-    completed = [r for r in ledger.runs(conversation_id=conversation_id) if r.status == "completed"]
+    completed = [r for r in ledger.runs.recent(conversation_id=conversation_id) if r.status == "completed"]
     history = ledger.history(conversation_id)
     return len(completed) == 1 and history[-1].content.startswith("Summary: ")
 
@@ -126,7 +126,7 @@ def test_racing_workers_resume_each_run_exactly_once(
     resumed = sorted(a["run"] for a in actions if a["action"] == "resumed")
     assert resumed == sorted(run_id for _, run_id in crashed)
     for conversation_id, run_id in crashed:
-        resumes = [r for r in ledger.runs(conversation_id=conversation_id) if r.resumes == run_id]
+        resumes = [r for r in ledger.runs.recent(conversation_id=conversation_id) if r.resumes == run_id]
         assert len(resumes) == 1
         assert completed_once(ledger, conversation_id)
 
@@ -139,7 +139,7 @@ def test_a_killed_worker_loses_its_lease_and_another_finishes(
     wait_until_stale(store)
     doomed = worker_process(database_url, env={"CHATLEDGER_TEST_HANG": "Cairo"})
     wait_for(
-        lambda: any(r.resumes == run_id for r in ledger.runs(conversation_id=conversation_id)),
+        lambda: any(r.resumes == run_id for r in ledger.runs.recent(conversation_id=conversation_id)),
         "the first worker to start the resume",
     )
     os.kill(doomed.pid, signal.SIGKILL)
@@ -149,7 +149,7 @@ def test_a_killed_worker_loses_its_lease_and_another_finishes(
     outcomes = asyncio.run(rescuer.run_once())
     assert [o.action for o in outcomes] == ["resumed"]
     assert completed_once(ledger, conversation_id)
-    chain = ledger.runs(conversation_id=conversation_id)
+    chain = ledger.runs.recent(conversation_id=conversation_id)
     assert [(r.status, r.stage) for r in reversed(chain)] == [
         ("failed", "crashed"),
         ("failed", "crashed"),
@@ -167,7 +167,7 @@ def test_a_paused_worker_cannot_append_after_losing_its_lease(
     resume_run: list[str] = []
 
     def resume_started_tools() -> bool:
-        for run in ledger.runs(conversation_id=conversation_id):
+        for run in ledger.runs.recent(conversation_id=conversation_id):
             if run.resumes == run_id and any(
                 e.kind == "tool.started" for e in ledger.events(run_id=run.id)
             ):
@@ -230,7 +230,7 @@ def test_a_run_crashing_on_every_attempt_is_dead_lettered(
     )
     rows = json.loads(listed.stdout)
     assert len(rows) == 1 and "crashed 2 times" in rows[0]["attention"]
-    assert not any(r.status == "completed" for r in ledger.runs(conversation_id=conversation_id))
+    assert not any(r.status == "completed" for r in ledger.runs.recent(conversation_id=conversation_id))
 
 
 def test_a_crash_inside_a_tool_that_must_not_rerun_needs_attention(
@@ -252,6 +252,6 @@ def test_a_crash_inside_a_tool_that_must_not_rerun_needs_attention(
     (outcome,) = asyncio.run(worker.run_once())
     assert outcome.action == "attention"
     assert outcome.uncertain == ["oslo-1 (weather)"]
-    run = ledger.run(run_id)
+    run = ledger.runs.get(run_id)
     assert run.attention is not None and "must not run twice" in run.attention
-    assert not any(r.resumes == run_id for r in ledger.runs(conversation_id=conversation_id))
+    assert not any(r.resumes == run_id for r in ledger.runs.recent(conversation_id=conversation_id))

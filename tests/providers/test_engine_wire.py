@@ -94,7 +94,7 @@ def test_resumed_forked_and_trimmed_histories_are_accepted(
     strict_server.enqueue(Reply(text="Lima is sunny."))
     agent.resume(ledger, caught.value.run_id)
     # A fork from the first answer, and a trimmed long history on it.
-    fork = ledger.fork(conv, at=ledger.run(first.run_id).position)
+    fork = ledger.fork(conv, at=ledger.runs.get(first.run_id).position)
     for i in range(3):
         strict_server.enqueue(Reply(text=f"answer {i}"))
         agent.run(ledger, f"question {i}", fork.id)

@@ -43,7 +43,7 @@ async def test_ask_answers_and_the_run_is_in_the_log(
     assert [s["ref"] for s in body["sources"]] == ["c1", "c2"]
     assert (body["requestCount"], body["toolCount"]) == (2, 2)
     ledger = sync_store.tenant(tenants.a)
-    run = ledger.run(body["runId"])
+    run = ledger.runs.get(body["runId"])
     assert run.status == "completed" and run.conversation_id == body["conversationId"]
     assert ledger.history(body["conversationId"])[-1].text == body["answer"]
 
@@ -78,7 +78,7 @@ async def test_the_stream_sends_the_run_in_order(
     answer = events[-1][1]
     assert deltas == answer["answer"] and answer["runId"] == events[0][1]["runId"]
     assert {d["callId"] for e, d in events if e == "tool_result"} == {"c1", "c2"}
-    run = sync_store.tenant(tenants.a).run(answer["runId"])
+    run = sync_store.tenant(tenants.a).runs.get(answer["runId"])
     assert run.status == "completed"
 
 

@@ -227,7 +227,7 @@ async def test_a_failed_run_names_its_stage_and_the_run_to_resume(
     assert error["stage"] == "model" and "the model is down" in error["message"]
     assert error["resume"] == error["runId"]
     ledger = sync_store.tenant(tenants.a)
-    assert ledger.run(error["runId"]).status == "failed"
+    assert ledger.runs.get(error["runId"]).status == "failed"
     resumed = await Agent(ScriptedModel(["Back up."])).resume_async(ledger, error["resume"])
     assert resumed.output == "Back up."
     assert ledger.history(error["conversationId"])[-1].text == "Back up."

@@ -143,7 +143,7 @@ async def test_an_ask_whose_head_another_writer_moved_is_409_and_asking_again_an
     error = response.json()["error"]
     assert (error["type"], error["stage"]) == ("conflict", "conflict")
     assert "resume" not in error and "Ask again" in error["message"]
-    assert ledger.run(error["runId"]).stage == "conflict"
+    assert ledger.runs.get(error["runId"]).stage == "conflict"
     # The advice, followed: the same question asked again is answered on the new head.
     again = await client.post(
         "/v1/ask", json={"question": "First?", "conversation_id": conversation_id}

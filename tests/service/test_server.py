@@ -45,7 +45,7 @@ def test_ask_and_stream_over_a_real_socket(
     assert events[-1][0] == "answer"
     assert events[-1][1]["conversationId"] == answer["conversationId"]
     ledger = sync_store.tenant(tenants.a)
-    runs = ledger.runs(conversation_id=answer["conversationId"])
+    runs = ledger.runs.recent(conversation_id=answer["conversationId"])
     assert [r.status for r in runs] == ["completed", "completed"]
 
 
@@ -184,8 +184,8 @@ def test_a_client_that_disconnects_learns_its_ids_and_the_run_waits_for_agent_re
     assert run_id not in worker.stdout
     with Store.open(own_database) as store:
         ledger = store.tenant("acme")
-        assert ledger.run(run_id).status == "canceled"
-        assert [r.id for r in ledger.runs(conversation_id=conversation_id)] == [run_id]
+        assert ledger.runs.get(run_id).status == "canceled"
+        assert [r.id for r in ledger.runs.recent(conversation_id=conversation_id)] == [run_id]
         resumed = blocking_agent().resume(ledger, run_id)
         assert resumed.output == "Finished after waiting."
         assert resumed.conversation_id == conversation_id
@@ -248,7 +248,7 @@ def test_chatledger_serve_and_api_key(database_url: str, tmp_path: Path) -> None
         assert "Pass a position in that range" in past.json()["error"]["message"]
         assert "API key's tenant" in missing.json()["error"]["message"]
     with Store.open(database_url) as store:
-        run = store.tenant(tenant).run(run_id)
+        run = store.tenant(tenant).runs.get(run_id)
         assert run.status == "completed"
 
 

@@ -115,11 +115,11 @@ def test_clicking_through_the_demo(browser: Browser, tmp_path: Path) -> None:
     assert demo.returncode == 0, demo.stderr
     with Store.open(url) as store:
         ledger = store.tenant("default")
-        runs = ledger.runs(limit=100)
+        runs = ledger.runs.recent(limit=100)
         resumed = next(r for r in runs if r.resumes)
         source = next(c for c in ledger.conversations() if ledger.audit.lineage(c.id).forks)
         fork = ledger.audit.lineage(source.id).forks[0]
-        crashed = ledger.run(str(resumed.resumes))
+        crashed = ledger.runs.get(str(resumed.resumes))
     assert resumed.conversation_id == source.id
 
     page = browser.page
@@ -249,7 +249,7 @@ async def test_another_tenants_ids_are_missing_ones(
     theirs = ledger.append_messages(
         ledger.create_conversation().id, [Message(role="user", content="hi")]
     )
-    run = ledger.start_run(theirs.conversation_id, owner="test")
+    run = ledger.runs.start(theirs.conversation_id, owner="test")
     made_up = "01a23898-0000-7000-8000-000000000000"
     client = client_for(weather_agent())
     own = [

@@ -274,7 +274,7 @@ class Run:
                     return "skipped"
                 return self.face("move_head", cid, head.position - step.back).head
             case SetState():
-                return self.face("set_state", cid, step.state).state
+                return self.face("append_messages", cid, [], state=step.state).head
             case Interlope():
                 done = self.face.interloper.append_messages(cid, [POOL[0]])
                 return done.head

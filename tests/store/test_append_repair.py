@@ -131,7 +131,7 @@ def test_the_chat_loop_reads_nothing_for_its_report(store: Store, ledger: Ledger
     answers at once, never with the read of a history."""
     conv = ledger.create_conversation()
     for turn in ([user("q")], [calls("c1", "c2")], [result("c1")], [result("c2")], [user("r")]):
-        done = store.execute(ledger._ops.append_messages(conv.id, turn, None, None, None, "client"))
+        done = store.execute(next(ledger._ops.append_messages(conv.id, turn)))
         found = ledger._ops.report(done, turn)
         assert isinstance(found, Appended)
         assert found.repair == expected(ledger, conv.id, len(turn))
@@ -139,6 +139,6 @@ def test_the_chat_loop_reads_nothing_for_its_report(store: Store, ledger: Ledger
     with Store.open(str(store.engine.url.render_as_string(hide_password=False))) as other:
         other.tenant(ledger.tenant).append_messages(conv.id, [calls("c3")])
     done = store.execute(
-        ledger._ops.append_messages(conv.id, [result("c3")], None, None, None, "client")
+        next(ledger._ops.append_messages(conv.id, [result("c3")]))
     )
     assert not isinstance(ledger._ops.report(done, [result("c3")]), Appended)

@@ -30,15 +30,15 @@ async def test_async_store_round_trip(database_url: str) -> None:
         ledger = store.tenant(f"async-{uuid.uuid4().hex[:8]}")
         conv = await ledger.create_conversation({"k": "v"})
         await ledger.append_messages(conv.id, [Message(role="user", content="hi")], expected=1)
-        cursor = await ledger.start_run(conv.id, owner="async-worker")
+        cursor = await ledger.runs.start(conv.id, owner="async-worker")
         reply = NewEvent.of_message(Message(role="assistant", content="hello"))
-        _, cursor = await ledger.record(cursor, [reply])
-        await ledger.complete_run(cursor)
+        _, cursor = await ledger.runs.record(cursor, [reply])
+        await ledger.runs.complete(cursor)
         history = await ledger.history(conv.id)
         assert [m.content for m in history] == ["hi", "hello"]
         fork = await ledger.fork(conv.id, at=2)
         assert [m.content for m in await ledger.history(fork.id)] == ["hi"]
-        assert (await ledger.run(cursor.run_id)).status == "completed"
+        assert (await ledger.runs.get(cursor.run_id)).status == "completed"
         with pytest.raises(NotFoundError):
             await store.tenant("other").history(conv.id)
 
@@ -164,11 +164,11 @@ async def test_async_claim_stale_runs_claims_them_in_every_tenant(own_database: 
         for tenant in ("north", "south"):
             ledger = store.tenant(tenant)
             conv = await ledger.create_conversation()
-            cursor = await ledger.start_run(conv.id, owner="zombie", lease_seconds=0)
+            cursor = await ledger.runs.start(conv.id, owner="zombie", lease_seconds=0)
             stale[cursor.run_id] = tenant
         live = store.tenant("north")
         conv = await live.create_conversation()
-        await live.start_run(conv.id, owner="alive", lease_seconds=600)
+        await live.runs.start(conv.id, owner="alive", lease_seconds=600)
 
         claimed = await store.claim_stale_runs(owner="rescuer", lease_seconds=60)
 

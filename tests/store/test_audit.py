@@ -73,9 +73,9 @@ def left_running(ledger: Ledger) -> Iterator[list[RunCursor]]:
     yield cursors
     for cursor in cursors:
         with contextlib.suppress(LeaseError, RunStateError):
-            ledger.fail_run(cursor, stage="test", error="ended by the test")
-    for _, cursor in ledger.claim_stale_runs(owner="test"):
-        ledger.fail_run(cursor, stage="test", error="ended by the test")
+            ledger.runs.fail(cursor, stage="test", error="ended by the test")
+    for _, cursor in ledger.runs.claim_stale(owner="test"):
+        ledger.runs.fail(cursor, stage="test", error="ended by the test")
 
 
 def said(message: Message, origin: str = "run") -> NewEvent:
@@ -180,15 +180,15 @@ def finished(call_id: str, failed: bool = False) -> NewEvent:
 def test_tool_executions_say_how_each_call_ended(
     ledger: Ledger, left_running: list[RunCursor]
 ) -> None:
-    crashed = ledger.start_run(ledger.create_conversation().id, owner="w")
-    _, crashed = ledger.record(crashed, started(("c1", "pay"), ("c2", "pay"), ("c3", "mail")))
-    _, crashed = ledger.record(crashed, [finished("c1"), finished("c2", failed=True)])
-    ledger.fail_run(crashed, stage="tool", error="the worker crashed")
-    working = ledger.start_run(ledger.create_conversation().id, owner="w", lease_seconds=600)
-    _, working = ledger.record(working, started(("d1", "pay")))
-    dead = ledger.start_run(ledger.create_conversation().id, owner="w")
-    _, dead = ledger.record(dead, started(("e1", "pay")))
-    ledger.renew_lease(dead, seconds=-5)  # its worker died: the lease ran out
+    crashed = ledger.runs.start(ledger.create_conversation().id, owner="w")
+    _, crashed = ledger.runs.record(crashed, started(("c1", "pay"), ("c2", "pay"), ("c3", "mail")))
+    _, crashed = ledger.runs.record(crashed, [finished("c1"), finished("c2", failed=True)])
+    ledger.runs.fail(crashed, stage="tool", error="the worker crashed")
+    working = ledger.runs.start(ledger.create_conversation().id, owner="w", lease_seconds=600)
+    _, working = ledger.runs.record(working, started(("d1", "pay")))
+    dead = ledger.runs.start(ledger.create_conversation().id, owner="w")
+    _, dead = ledger.runs.record(dead, started(("e1", "pay")))
+    ledger.runs.renew_lease(dead, seconds=-5)  # its worker died: the lease ran out
     left_running.append(working)
 
     def calls(**filters: Any) -> dict[str, str]:
@@ -209,8 +209,8 @@ def test_tool_executions_say_how_each_call_ended(
 
 
 def test_tool_name_query_over_a_time_range(ledger: Ledger, left_running: list[RunCursor]) -> None:
-    run = ledger.start_run(ledger.create_conversation().id, owner="w")
-    _, run = ledger.record(run, started(("c1", "pay"), ("c2", "mail")))
+    run = ledger.runs.start(ledger.create_conversation().id, owner="w")
+    _, run = ledger.runs.record(run, started(("c1", "pay"), ("c2", "mail")))
     left_running.append(run)
     now = datetime.now(UTC)
     day = {"since": now - timedelta(days=1), "until": now + timedelta(days=1)}
@@ -255,10 +255,10 @@ def test_supplied_and_repaired_lists_only_client_and_repair_messages(ledger: Led
 def test_lineage_names_branches_forks_and_resumes(ledger: Ledger) -> None:
     conv = ledger.create_conversation()
     ledger.append_messages(conv.id, [Message(role="user", content="hi")])
-    failed = ledger.start_run(conv.id, owner="w")
-    ledger.fail_run(failed, stage="model", error="down")
-    resume = ledger.start_run(conv.id, owner="w", resumes=failed.run_id)
-    ledger.complete_run(resume)
+    failed = ledger.runs.start(conv.id, owner="w")
+    ledger.runs.fail(failed, stage="model", error="down")
+    resume = ledger.runs.start(conv.id, owner="w", resumes=failed.run_id)
+    ledger.runs.complete(resume)
     ledger.move_head(conv.id, 1)
     fork = ledger.fork(conv.id)
 
@@ -282,13 +282,13 @@ def busy(ledger: Ledger) -> Iterator[Ledger]:
     """A conversation with client and run messages, tools (one failed) and a failed run."""
     conv = ledger.create_conversation()
     ledger.append_messages(conv.id, [Message(role="user", content="hi")])
-    run = ledger.start_run(conv.id, owner="w")
+    run = ledger.runs.start(conv.id, owner="w")
     call = ToolCall(id="c1", name="pay")
     failure = Message(role="tool", tool_call_id="c1", tool_name="pay", content="no", failed=True)
-    _, run = ledger.record(run, [said(Message(role="assistant", tool_calls=[call]))])
-    _, run = ledger.record(run, started(("c1", "pay")))
-    _, run = ledger.record(run, [finished("c1", failed=True), said(failure)])
-    ledger.fail_run(run, stage="tool", error="gave up")
+    _, run = ledger.runs.record(run, [said(Message(role="assistant", tool_calls=[call]))])
+    _, run = ledger.runs.record(run, started(("c1", "pay")))
+    _, run = ledger.runs.record(run, [finished("c1", failed=True), said(failure)])
+    ledger.runs.fail(run, stage="tool", error="gave up")
     yield ledger
 
 
@@ -479,11 +479,11 @@ def documented(ledger: Ledger) -> dict[str, tuple[dict[str, Any], list[Any]]]:
     """
     result = wrapped_agent("openai").run(ledger, "weather?")
     conv = result.conversation_id
-    crashed = ledger.start_run(conv, owner="w")
-    recorded, crashed = ledger.record(crashed, started(("c9", "weather")))
-    ledger.fail_run(crashed, stage="tool", error="crashed")
-    resume = ledger.start_run(conv, owner="w", resumes=crashed.run_id)
-    ledger.fail_run(resume, stage="test", error="nothing left to do")
+    crashed = ledger.runs.start(conv, owner="w")
+    recorded, crashed = ledger.runs.record(crashed, started(("c9", "weather")))
+    ledger.runs.fail(crashed, stage="tool", error="crashed")
+    resume = ledger.runs.start(conv, owner="w", resumes=crashed.run_id)
+    ledger.runs.fail(resume, stage="test", error="nothing left to do")
     now = datetime.now(UTC)
     audit = ledger.audit
     log = ledger.events()  # the tenant's, in seq order: one writer at a time, so commit order

@@ -95,12 +95,12 @@ def test_event_payloads_that_are_not_json_are_refused_naming_the_field(
     store: Store, ledger: Ledger, name: str
 ) -> None:
     conv = ledger.create_conversation()
-    cursor = ledger.start_run(conv.id, owner="w")
+    cursor = ledger.runs.start(conv.id, owner="w")
     bad = [NewEvent("model.responded", {"usage": NOT_JSON[name]})]
-    refused(store, lambda: ledger.record(cursor, bad), "model.responded payload")
+    refused(store, lambda: ledger.runs.record(cursor, bad), "model.responded payload")
     refused(
         store,
-        lambda: ledger.start_run(conv.id, owner="w", events=bad),
+        lambda: ledger.runs.start(conv.id, owner="w", events=bad),
         "model.responded payload",
     )
 
@@ -160,11 +160,11 @@ def test_nan_in_an_unknown_field_is_refused_as_in_a_known_one(
 ) -> None:
     message = _NOT_FINITE[where](bad)
     conv = ledger.create_conversation()
-    cursor = ledger.start_run(conv.id, owner="w")
+    cursor = ledger.runs.start(conv.id, owner="w")
     for append in (
         lambda: ledger.append_messages(conv.id, [user("fine"), message]),
         lambda: ledger.append_messages(new_id(), [user("fine"), message], create=True),
-        lambda: ledger.record(
+        lambda: ledger.runs.record(
             cursor, [NewEvent.of_message(user("fine")), NewEvent.of_message(message)]
         ),
     ):
@@ -187,14 +187,14 @@ async def test_nan_in_an_unknown_field_is_refused_by_the_async_face(database_url
     "call",
     [
         lambda ledger, conv: ledger.create_conversation(conversation_id=""),
-        lambda ledger, conv: ledger.start_run(conv.id, owner="w", run_id=""),
-        lambda ledger, conv: ledger.runs(conversation_id=""),
-        lambda ledger, conv: ledger.runs(conversation_id="garbage"),
+        lambda ledger, conv: ledger.runs.start(conv.id, owner="w", run_id=""),
+        lambda ledger, conv: ledger.runs.recent(conversation_id=""),
+        lambda ledger, conv: ledger.runs.recent(conversation_id="garbage"),
         lambda ledger, conv: ledger.append_messages(conv.id, [user("x")], run_id="garbage"),
         lambda ledger, conv: ledger.append_messages(conv.id, [user("x")], run_id=""),
         lambda ledger, conv: ledger.events(run_id=""),
         lambda ledger, conv: ledger.conversations(before=""),
-        lambda ledger, conv: ledger.start_run(conv.id, owner="w", resumes=""),
+        lambda ledger, conv: ledger.runs.start(conv.id, owner="w", resumes=""),
         lambda ledger, conv: ledger.history(conv.id.upper()),
     ],
     ids=[
@@ -220,20 +220,20 @@ def test_every_id_parameter_refuses_what_is_not_a_canonical_id(
 @pytest.mark.parametrize(
     "call",
     [
-        lambda ledger, conv: ledger.start_run(conv.id, owner="w", model="m" * 201),
-        lambda ledger, conv: ledger.start_run(conv.id, owner="o" * 201),
+        lambda ledger, conv: ledger.runs.start(conv.id, owner="w", model="m" * 201),
+        lambda ledger, conv: ledger.runs.start(conv.id, owner="o" * 201),
         lambda ledger, conv: ledger.append_messages(
             conv.id, [user("x")], idempotency_key="k" * 201
         ),
-        lambda ledger, conv: ledger.fail_run(
-            ledger.start_run(conv.id, owner="w"), stage="s" * 33, error="x"
+        lambda ledger, conv: ledger.runs.fail(
+            ledger.runs.start(conv.id, owner="w"), stage="s" * 33, error="x"
         ),
-        lambda ledger, conv: ledger.record(
-            ledger.start_run(conv.id, owner="w"),
+        lambda ledger, conv: ledger.runs.record(
+            ledger.runs.start(conv.id, owner="w"),
             [NewEvent("no.such.kind", {})],  # type: ignore[arg-type]
         ),
-        lambda ledger, conv: ledger.record(
-            ledger.start_run(conv.id, owner="w"),
+        lambda ledger, conv: ledger.runs.record(
+            ledger.runs.start(conv.id, owner="w"),
             [NewEvent("model.responded", {}, origin="elsewhere")],  # type: ignore[arg-type]
         ),
         lambda ledger, conv: ledger.append_messages(conv.id, [user("x")], origin="x" * 9),
@@ -257,9 +257,9 @@ HUGE = 10**20
 @pytest.mark.parametrize(
     "call",
     [
-        lambda ledger, conv: ledger.runs(limit=-1),
-        lambda ledger, conv: ledger.runs(limit=HUGE),
-        lambda ledger, conv: ledger.runs(limit=0),
+        lambda ledger, conv: ledger.runs.recent(limit=-1),
+        lambda ledger, conv: ledger.runs.recent(limit=HUGE),
+        lambda ledger, conv: ledger.runs.recent(limit=0),
         lambda ledger, conv: ledger.events(limit=-1),
         lambda ledger, conv: ledger.events(limit=HUGE),
         lambda ledger, conv: ledger.events(after_seq=-1),
@@ -271,11 +271,11 @@ HUGE = 10**20
         lambda ledger, conv: ledger.append_messages(conv.id, [user("x")], expected=-1),
         lambda ledger, conv: ledger.history(conv.id, at=HUGE),
         lambda ledger, conv: ledger.history(conv.id, at=Position(conv.head.branch_id, HUGE)),
-        lambda ledger, conv: ledger.claim_stale_runs(owner="w", limit=HUGE),
-        lambda ledger, conv: ledger.claim_stale_runs(owner="w", max_attempts=0),
-        lambda ledger, conv: ledger.claim_stale_runs(owner="w", run_id="not-a-run"),
-        lambda ledger, conv: ledger.claim_stale_runs(owner="w", lease_seconds=math.nan),
-        lambda ledger, conv: ledger.start_run(conv.id, owner="w", lease_seconds=math.inf),
+        lambda ledger, conv: ledger.runs.claim_stale(owner="w", limit=HUGE),
+        lambda ledger, conv: ledger.runs.claim_stale(owner="w", max_attempts=0),
+        lambda ledger, conv: ledger.runs.claim_stale(owner="w", run_id="not-a-run"),
+        lambda ledger, conv: ledger.runs.claim_stale(owner="w", lease_seconds=math.nan),
+        lambda ledger, conv: ledger.runs.start(conv.id, owner="w", lease_seconds=math.inf),
         lambda ledger, conv: ledger.audit.events(limit=HUGE),
         lambda ledger, conv: ledger.audit.events(after=f"{HUGE}:{HUGE}"),
     ],
@@ -289,9 +289,9 @@ def test_numbers_out_of_range_are_invalid_input_never_a_storage_error(
 
 def test_a_cursor_with_a_huge_position_is_invalid_input(store: Store, ledger: Ledger) -> None:
     conv = ledger.create_conversation()
-    cursor = ledger.start_run(conv.id, owner="w")
+    cursor = ledger.runs.start(conv.id, owner="w")
     forged = RunCursor(cursor.run_id, cursor.conversation_id, cursor.branch_id, HUGE, "w", 1)
-    refused(store, lambda: ledger.record(forged, [NewEvent.of_message(user("x"))]), "position")
+    refused(store, lambda: ledger.runs.record(forged, [NewEvent.of_message(user("x"))]), "position")
 
 
 # --- idempotency keys -----------------------------------------------------------------
@@ -336,15 +336,15 @@ def test_a_run_records_key_replayed_with_other_content_is_the_callers_mistake(
     store: Store, ledger: Ledger
 ) -> None:
     conv = ledger.create_conversation()
-    cursor = ledger.start_run(conv.id, owner="w")
+    cursor = ledger.runs.start(conv.id, owner="w")
     two = [NewEvent.of_message(user("a")), NewEvent.of_message(user("b"))]
-    written, after = ledger.record(cursor, two, idempotency_key="k")
-    replay, replayed_cursor = ledger.record(cursor, two, idempotency_key="k")
+    written, after = ledger.runs.record(cursor, two, idempotency_key="k")
+    replay, replayed_cursor = ledger.runs.record(cursor, two, idempotency_key="k")
     assert [e.seq for e in replay] == [e.seq for e in written] and replayed_cursor == after
     before = counts(store)
     for other in (two[:1], [*two, NewEvent.of_message(user("c"))]):
         with pytest.raises(InvalidInputError, match="different append"):
-            ledger.record(cursor, other, idempotency_key="k")
+            ledger.runs.record(cursor, other, idempotency_key="k")
     assert counts(store) == before
 
 
@@ -432,49 +432,49 @@ OPERATIONS: dict[str, tuple[Callable[..., object], st.SearchStrategy[Any]]] = {
     "move_head to": (lambda ledger, conv, cursor, v: ledger.move_head(conv.id, v), _INT),
     "events after_seq": (lambda ledger, conv, cursor, v: ledger.events(after_seq=v), _INT),
     "events limit": (lambda ledger, conv, cursor, v: ledger.events(limit=v), _INT),
-    "start_run owner": (lambda ledger, conv, cursor, v: ledger.start_run(conv.id, owner=v), _TEXT),
+    "start_run owner": (lambda ledger, conv, cursor, v: ledger.runs.start(conv.id, owner=v), _TEXT),
     "start_run model": (
-        lambda ledger, conv, cursor, v: ledger.start_run(conv.id, owner="w", model=v),
+        lambda ledger, conv, cursor, v: ledger.runs.start(conv.id, owner="w", model=v),
         _TEXT,
     ),
     "start_run run_id": (
-        lambda ledger, conv, cursor, v: ledger.start_run(conv.id, owner="w", run_id=v),
+        lambda ledger, conv, cursor, v: ledger.runs.start(conv.id, owner="w", run_id=v),
         _ID,
     ),
     "record payload": (
-        lambda ledger, conv, cursor, v: ledger.record(cursor, [NewEvent("model.responded", v)]),
+        lambda ledger, conv, cursor, v: ledger.runs.record(cursor, [NewEvent("model.responded", v)]),
         _JSON,
     ),
     "record key": (
-        lambda ledger, conv, cursor, v: ledger.record(
+        lambda ledger, conv, cursor, v: ledger.runs.record(
             cursor, [NewEvent.of_message(user("x"))], idempotency_key=v
         ),
         _TEXT,
     ),
     "fail_run stage": (
-        lambda ledger, conv, cursor, v: ledger.fail_run(cursor, stage=v, error="e"),
+        lambda ledger, conv, cursor, v: ledger.runs.fail(cursor, stage=v, error="e"),
         _TEXT,
     ),
     "complete_run request_count": (
-        lambda ledger, conv, cursor, v: ledger.complete_run(cursor, request_count=v),
+        lambda ledger, conv, cursor, v: ledger.runs.complete(cursor, request_count=v),
         _INT,
     ),
     "renew_lease seconds": (
-        lambda ledger, conv, cursor, v: ledger.renew_lease(cursor, v),
+        lambda ledger, conv, cursor, v: ledger.runs.renew_lease(cursor, v),
         st.one_of(st.floats(allow_nan=True).filter(lambda f: not math.isfinite(f)), _TEXT),
     ),
-    "run": (lambda ledger, conv, cursor, v: ledger.run(v), _ID),
-    "runs limit": (lambda ledger, conv, cursor, v: ledger.runs(limit=v), _INT),
+    "run": (lambda ledger, conv, cursor, v: ledger.runs.get(v), _ID),
+    "runs limit": (lambda ledger, conv, cursor, v: ledger.runs.recent(limit=v), _INT),
     "runs conversation": (
-        lambda ledger, conv, cursor, v: ledger.runs(conversation_id=v),
+        lambda ledger, conv, cursor, v: ledger.runs.recent(conversation_id=v),
         _ID,
     ),
     "claim_stale_runs owner": (
-        lambda ledger, conv, cursor, v: ledger.claim_stale_runs(owner=v),
+        lambda ledger, conv, cursor, v: ledger.runs.claim_stale(owner=v),
         _TEXT,
     ),
     "claim_stale_runs limit": (
-        lambda ledger, conv, cursor, v: ledger.claim_stale_runs(owner="w", limit=v),
+        lambda ledger, conv, cursor, v: ledger.runs.claim_stale(owner="w", limit=v),
         _INT,
     ),
     "verify": (lambda ledger, conv, cursor, v: ledger.verify(v), _ID),
@@ -497,9 +497,9 @@ OPERATIONS: dict[str, tuple[Callable[..., object], st.SearchStrategy[Any]]] = {
         lambda ledger, conv, cursor, v: ledger.append_messages(conv.id, [user("x")], after=v),
         _INT,
     ),
-    "set_state": (lambda ledger, conv, cursor, v: ledger.set_state(conv.id, {"v": v}), _JSON),
+    "set_state": (lambda ledger, conv, cursor, v: ledger.append_messages(conv.id, [], state={"v": v}), _JSON),
     "set_state expected": (
-        lambda ledger, conv, cursor, v: ledger.set_state(conv.id, {}, expected_state={"v": v}),
+        lambda ledger, conv, cursor, v: ledger.append_messages(conv.id, [], state={}, expected_state={"v": v}),
         _JSON,
     ),
 }
@@ -516,7 +516,7 @@ def test_every_operation_given_bad_values_refuses_cleanly_or_round_trips(
 ) -> None:
     ledger = store.tenant(f"bad-{uuid.uuid4().hex[:8]}")
     conv = ledger.create_conversation()
-    cursor = ledger.start_run(conv.id, owner="w")
+    cursor = ledger.runs.start(conv.id, owner="w")
     name = data.draw(st.sampled_from(sorted(OPERATIONS)), label="operation")
     call, values = OPERATIONS[name]
     value = data.draw(values, label="value")

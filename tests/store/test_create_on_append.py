@@ -173,7 +173,7 @@ def test_a_first_append_that_waits_on_a_concurrent_creation_appends_to_it(
     cid = new_id()
     with store.engine.connect() as holder, holder.begin():
         ops = Operations(ledger.tenant, store.message_cache)
-        first = ops.append_messages(cid, turn("first"), None, None, None, "client", True)
+        first = next(ops.append_messages(cid, turn("first"), create=True))
         assert store.execute(first, holder).created
         with ThreadPoolExecutor(1) as pool:
             waiting = pool.submit(ledger.append_messages, cid, turn("second"), create=True)

@@ -127,13 +127,13 @@ def test_every_way_of_writing_content_seals_it(sealed_store: Store, sealed: Ledg
         cid, [Message(role="user", content=marker)], create=True, metadata={"m": marker}
     )
     assert created.created
-    cursor = sealed.start_run(
+    cursor = sealed.runs.start(
         cid, owner="w", events=[NewEvent.of_message(Message(role="user", content=marker))]
     )
-    _, cursor = sealed.record(
+    _, cursor = sealed.runs.record(
         cursor, [NewEvent.of_message(Message(role="assistant", content=marker))]
     )
-    sealed.complete_run(cursor)
+    sealed.runs.complete(cursor)
     fork = sealed.fork(cid, metadata={"m": marker})
     sealed.append_messages(fork.id, [Message(role="user", content=marker)])
     sealed.append_messages(
@@ -260,7 +260,7 @@ def test_erasure_shows_markers_everywhere_and_refuses_writes(
     with pytest.raises(ErasedError):
         sealed.append_messages(conv.id, [Message(role="user", content="more")])
     with pytest.raises(ErasedError):
-        sealed.start_run(second.id, owner="w")
+        sealed.runs.start(second.id, owner="w")
     again = sealed.erase("person-1", reason="request 17, again")
     assert again.already and sorted(again.conversation_ids) == sorted([conv.id, second.id])
     # The subject can start over, under a new key.
@@ -440,12 +440,12 @@ def test_a_failed_runs_error_is_sealed_and_erased_with_its_conversation(
         ).scalar_one()
     assert secret not in str(error)
     assert not any(secret in p for _, p in _stored_payloads(sealed_store, conv))
-    assert sealed.run(run_id).error == f"failed for {secret}"
+    assert sealed.runs.get(run_id).error == f"failed for {secret}"
     (ended,) = [e for e in sealed.events(conversation_id=conv) if e.kind == "run.failed"]
     assert (ended.payload["stage"], ended.payload["error"]) == ("tool", f"failed for {secret}")
 
     sealed.erase(conv, reason="the person asked")
-    assert sealed.run(run_id).error == ERASED_CONTENT
+    assert sealed.runs.get(run_id).error == ERASED_CONTENT
     (ended,) = [e for e in sealed.events(conversation_id=conv) if e.kind == "run.failed"]
     assert (ended.payload["stage"], ended.payload["error"]) == ("tool", ERASED_CONTENT)
     assert ended.payload["erased"] is True
@@ -462,10 +462,10 @@ def test_idempotent_retries_of_sealed_writes_replay_the_original(sealed: Ledger)
         sealed.append_messages(
             conv.id, [Message(role="user", content="other")], idempotency_key="k1"
         )
-    cursor = sealed.start_run(conv.id, owner="w")
+    cursor = sealed.runs.start(conv.id, owner="w")
     recorded = [NewEvent.of_message(Message(role="assistant", content="ran"))]
-    events, after = sealed.record(cursor, recorded, idempotency_key="r1")
-    replay, _ = sealed.record(cursor, recorded, idempotency_key="r1")
+    events, after = sealed.runs.record(cursor, recorded, idempotency_key="r1")
+    replay, _ = sealed.runs.record(cursor, recorded, idempotency_key="r1")
     assert [e.id for e in replay] == [e.id for e in events]
     assert replay[0].message.content == "ran"
     assert [m.content for m in sealed.history(conv.id)] == ["once"]
@@ -491,10 +491,10 @@ def test_copied_ciphertext_is_never_opened_outside_its_place(
     with Store.open(database_url, kek=None) as bare:
         in_the_clear = bare.tenant(attacker.tenant).create_conversation()
     for conv_id, kind in ((mine.id, "model.responded"), (in_the_clear.id, "conversation.created")):
-        cursor = attacker.start_run(conv_id, owner="w")
+        cursor = attacker.runs.start(conv_id, owner="w")
         with pytest.raises(InvalidInputError, match="reserves"):
-            attacker.record(cursor, [NewEvent(kind, {"sealed": envelope})])
-        attacker.complete_run(cursor)
+            attacker.runs.record(cursor, [NewEvent(kind, {"sealed": envelope})])
+        attacker.runs.complete(cursor)
     # Put there all the same (a row written past the API): another tenant's key
     # never opens in this tenant's reads; it reads as erased.
     forged = '{"sealed":' + json.dumps(envelope, separators=(",", ":")) + "}"
@@ -575,12 +575,12 @@ def test_a_message_row_holding_another_tenants_ciphertext_reads_as_erased_everyw
 def test_a_run_caught_by_an_erasure_still_ends(sealed: Ledger) -> None:
     conv = sealed.create_conversation()
     sealed.append_messages(conv.id, [Message(role="user", content="hi")])
-    cursor = sealed.start_run(conv.id, owner="w")
+    cursor = sealed.runs.start(conv.id, owner="w")
     sealed.erase(conv.id, reason="mid-run")
     with pytest.raises(ErasedError):
-        sealed.record(cursor, [NewEvent.of_message(Message(role="assistant", content="no"))])
-    sealed.fail_run(cursor, stage="model", error="it may quote the content")
-    run = sealed.run(cursor.run_id)
+        sealed.runs.record(cursor, [NewEvent.of_message(Message(role="assistant", content="no"))])
+    sealed.runs.fail(cursor, stage="model", error="it may quote the content")
+    run = sealed.runs.get(cursor.run_id)
     assert (run.status, run.error) == ("failed", ERASED_CONTENT)  # nothing left to seal it with
 
 
@@ -593,7 +593,7 @@ def test_a_creation_prepared_under_a_key_that_is_then_erased_writes_nothing(
     first = sealed.create_conversation(subject="racer")
     ops = Operations(sealed.tenant, sealed_store.message_cache, sealed_store._sealer)
     assert sealed_store._sealer is not None
-    sealing = ops.create_conversation(None, None, None, "racer").sealing
+    sealing = ops.create_conversation(subject="racer").sealing
     assert sealing is not None
     op, _ = drive(preparing(sealed_store._sealer, sealing), sealed_store.execute)
     sealed.erase("racer", reason="between the key read and the write")
@@ -759,8 +759,8 @@ def test_an_import_refuses_content_in_the_clear_in_a_sealed_conversation(
 
     conv = sealed.create_conversation({"note": "sealed"})
     sealed.append_messages(conv.id, [Message(role="user", content="sealed")])
-    cursor = sealed.start_run(conv.id, owner="w")
-    sealed.fail_run(cursor, stage="tool", error="failed for a sealed argument")
+    cursor = sealed.runs.start(conv.id, owner="w")
+    sealed.runs.fail(cursor, stage="tool", error="failed for a sealed argument")
     text = _renamed_export(sealed, conv.id)
     secret = "PLAIN SECRET"
     if clear == "metadata":
@@ -840,8 +840,8 @@ def test_a_seal_read_in_a_rolled_back_transaction_is_not_kept_for_later_writes(
     ops = Operations(sealed.tenant, sealed_store.message_cache, sealed_store._sealer)
     with sealed_store.engine.connect() as caller:
         caller.begin()
-        sealed_store.execute(ops.create_conversation(None, cid, None, "rolled-back"), caller)
-        turn = ops.append_messages(cid, _turn("inside"), None, None, None, "client")
+        sealed_store.execute(ops.create_conversation(conversation_id=cid, subject="rolled-back"), caller)
+        turn = next(ops.append_messages(cid, _turn("inside")))
         sealed_store.execute(turn, caller)
         caller.rollback()
     with Store.open(database_url, kek=KEK) as other:

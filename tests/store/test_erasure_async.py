@@ -117,7 +117,7 @@ async def test_an_async_retention_pass_writes_and_syncs_its_exports_off_the_loop
         ledger = sealed.tenant(f"t-{uuid.uuid4().hex[:8]}")
         conv = await ledger.create_conversation(subject="person")
         await ledger.append_messages(conv.id, [Message(role="user", content="words")])
-        await ledger.set_retention(1, "export-erase")
+        await ledger.retention.set(1, "export-erase")
         now = (await ledger.events(conversation_id=conv.id))[-1].recorded_at + timedelta(days=2)
         report = await sealed.run_retention(
             tenant=ledger.tenant, export_dir=tmp_path / "exports", now=now
@@ -141,7 +141,7 @@ async def test_a_retention_pass_needs_no_more_than_one_worker_thread(
         for ledger in tenants:
             conv = await ledger.create_conversation()
             await ledger.append_messages(conv.id, [Message(role="user", content="words")])
-            await ledger.set_retention(1, "export-erase")
+            await ledger.retention.set(1, "export-erase")
             last = (await ledger.events(conversation_id=conv.id))[-1].recorded_at
             now = max(now or last, last)
         assert now is not None
@@ -169,10 +169,8 @@ async def test_a_seal_read_in_a_rolled_back_transaction_is_not_kept_by_the_async
         ops = Operations(tenant, sealed_store.message_cache, sealed_store._sealer)
         async with sealed_store.engine.connect() as caller:
             await caller.begin()
-            await sealed_store.execute(ops.create_conversation(None, cid, None, "gone"), caller)
-            turn = ops.append_messages(
-                cid, [Message(role="user", content="inside")], None, None, None, "client"
-            )
+            await sealed_store.execute(ops.create_conversation(conversation_id=cid, subject="gone"), caller)
+            turn = next(ops.append_messages(cid, [Message(role="user", content="inside")]))
             await sealed_store.execute(turn, caller)
             await caller.rollback()
         async with AsyncStore.open(database_url, kek=KEK) as other:

@@ -248,13 +248,13 @@ def test_a_turn_after_an_earlier_position_replaces_the_tail(ledger: Ledger) -> N
 def test_state_changes_by_compare_and_set_as_events(store: Store, ledger: Ledger) -> None:
     conv = ledger.create_conversation()
     assert conv.state == {}
-    set_once = ledger.set_state(conv.id, {"revision": "r1", "usage": {"in": 3}})
-    assert set_once.state == {"revision": "r1", "usage": {"in": 3}}
-    assert ledger.conversation(conv.id).state == set_once.state
+    set_once = ledger.append_messages(conv.id, [], state={"revision": "r1", "usage": {"in": 3}})
+    assert [e.kind for e in set_once.events] == ["state.changed"]
+    assert ledger.conversation(conv.id).state == {"revision": "r1", "usage": {"in": 3}}
 
     before = counts(store)
     with pytest.raises(ConflictError, match="'revision' no longer holds its expected value"):
-        ledger.set_state(conv.id, {"revision": "r2"}, expected_state={"revision": "r0"})
+        ledger.append_messages(conv.id, [], state={"revision": "r2"}, expected_state={"revision": "r0"})
     with pytest.raises(ConflictError):
         ledger.append_messages(
             conv.id, turn("x"), state={"revision": "r2"}, expected_state={"revision": "r0"}
@@ -336,14 +336,15 @@ def test_state_changes_by_run_are_the_tenants_own(store: Store, ledger: Ledger) 
 def test_state_changes_while_a_run_writes_past_the_head(ledger: Ledger) -> None:
     conv = ledger.create_conversation()
     ledger.append_messages(conv.id, turn("q"))
-    cursor = ledger.start_run(conv.id, owner="w")
-    changed = ledger.set_state(conv.id, {"s": 1})
+    cursor = ledger.runs.start(conv.id, owner="w")
+    ledger.append_messages(conv.id, [], state={"s": 1})
+    changed = ledger.conversation(conv.id)
     assert changed.state == {"s": 1} and [m.content for m in ledger.history(conv.id)] == ["q"]
     # A first append with create=True to a conversation whose head is not
     # open opens a branch; it created nothing.
     again = ledger.append_messages(conv.id, turn("r"), create=True)
     assert not again.created
-    ledger.fail_run(cursor, stage="model", error="stopped")
+    ledger.runs.fail(cursor, stage="model", error="stopped")
     head_flags_agree(ledger, conv.id)
 
 
@@ -377,7 +378,7 @@ async def test_the_async_ledger_has_the_primitives(database_url: str, fast_paths
         assert (await ledger.conversation_by_key("session")).state == {"r": 1}
         assert [e.event_id for e in await ledger.entries(conv.id)] == ids
         assert (await ledger.entry(ids[1])).message.content == "a"
-        await ledger.set_state(conv.id, {"r": 2}, expected_state={"r": 1})
+        await ledger.append_messages(conv.id, [], state={"r": 2}, expected_state={"r": 1})
         entries = await ledger.entries(conv.id, last=1)
         moved = await ledger.move_head(conv.id, entries[0].position, state={"r": 3})
         assert moved.state == {"r": 3}
@@ -393,12 +394,12 @@ def test_a_state_holding_nul_is_compared_and_set_like_any_other(
     store: Store, ledger: Ledger
 ) -> None:
     conv = ledger.create_conversation()
-    ledger.set_state(conv.id, {"note": "a\x00b", "rev": 1})
+    ledger.append_messages(conv.id, [], state={"note": "a\x00b", "rev": 1})
     appended = ledger.append_messages(
         conv.id, turn("hi"), state={"rev": 2}, expected_state={"rev": 1}
     )
     assert ledger.conversation(conv.id).state == {"rev": 2}
-    ledger.set_state(conv.id, {"note": "a\x00b"})
+    ledger.append_messages(conv.id, [], state={"note": "a\x00b"})
     before = counts(store)
     with pytest.raises(ConflictError):
         ledger.append_messages(conv.id, turn("x"), expected_state={"note": "a\x00c"})
@@ -409,13 +410,13 @@ def test_a_state_holding_nul_is_compared_and_set_like_any_other(
 
 def test_the_compare_and_set_tells_booleans_from_numbers(store: Store, ledger: Ledger) -> None:
     conv = ledger.create_conversation()
-    ledger.set_state(conv.id, {"done": 1, "n": 0, "x": 1.0, "deep": [True, {"k": 2}]})
+    ledger.append_messages(conv.id, [], state={"done": 1, "n": 0, "x": 1.0, "deep": [True, {"k": 2}]})
     before = counts(store)
     for wrong in ({"done": True}, {"n": False}, {"deep": [1, {"k": 2}]}, {"deep": [True]}):
         with pytest.raises(ConflictError):
             ledger.append_messages(conv.id, turn("x"), expected_state=wrong)
         with pytest.raises(ConflictError):
-            ledger.set_state(conv.id, {}, expected_state=wrong)
+            ledger.append_messages(conv.id, [], state={}, expected_state=wrong)
     assert counts(store) == before
     # Numbers compare by value, as JSON numbers do.
     ledger.append_messages(
@@ -443,8 +444,8 @@ def test_a_turn_after_the_tip_of_the_heads_branch_keeps_the_view_whole(
 
     conv = ledger.create_conversation()
     ledger.append_messages(conv.id, turn("hi"))
-    cursor = ledger.start_run(conv.id, owner="w", events=[NewEvent.of_message(user("partial"))])
-    ledger.fail_run(cursor, stage="model", error="boom")
+    cursor = ledger.runs.start(conv.id, owner="w", events=[NewEvent.of_message(user("partial"))])
+    ledger.runs.fail(cursor, stage="model", error="boom")
     tip = max(e.position for e in ledger.events(conversation_id=conv.id))
     branch = ledger.events(conversation_id=conv.id)[-1].branch_id
     appended = ledger.append_messages(conv.id, turn("after"), after=Position(branch, tip))
@@ -463,7 +464,7 @@ def test_a_state_too_large_is_refused(store: Store, ledger: Ledger) -> None:
     conv = ledger.create_conversation()
     before = counts(store)
     with pytest.raises(InvalidInputError, match="state holds at most"):
-        ledger.set_state(conv.id, {"big": "x" * (1024 * 1024)})
+        ledger.append_messages(conv.id, [], state={"big": "x" * (1024 * 1024)})
     assert counts(store) == before
 
 

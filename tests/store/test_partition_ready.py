@@ -210,13 +210,13 @@ def test_a_database_at_revision_0003_upgrades_in_place_and_back(at_0003: str) ->
         ledger = store.tenant("acme")
         conv = ledger.conversations()[0]
         ledger.append_messages(conv.id, [Message(role="user", content="after")], ids=[new_id()])
-        run = ledger.start_run(
+        run = ledger.runs.start(
             conv.id,
             owner="w",
             run_id=new_id(),
             events=[NewEvent.of_message(Message(role="user", content="run"))],
         )
-        ledger.complete_run(run)
+        ledger.runs.complete(run)
         fork = ledger.fork(conv.id, at=2)
         ledger.append_messages(fork.id, [Message(role="user", content="in the fork")])
         assert [m.content for m in ledger.history(fork.id)][-1] == "in the fork"
@@ -345,9 +345,9 @@ def test_hot_queries_touch_one_partition(partitioned: str) -> None:
         ledger.append_messages(conv.id, [Message(role="user", content="hi")], idempotency_key="k")
         ledger.history(conv.id)
         ledger.entries(conv.id)
-        run = ledger.start_run(conv.id, owner="w")
-        _, run = ledger.record(run, [NewEvent.of_message(Message(role="assistant", content="o"))])
-        ledger.complete_run(run)
+        run = ledger.runs.start(conv.id, owner="w")
+        _, run = ledger.runs.record(run, [NewEvent.of_message(Message(role="assistant", content="o"))])
+        ledger.runs.complete(run)
         ledger.audit.run_timeline(run.run_id)
         ledger.events(conversation_id=conv.id)
         sa.event.remove(store.engine, "before_cursor_execute", catch)

@@ -58,21 +58,21 @@ def apply(store: Store, ops: list[tuple[str, int]]) -> list[str]:
             elif op == "move" and head > 1:
                 ledger.move_head(conv_id, 1 + n % head)
             elif op == "start":
-                cursors.append(ledger.start_run(conv_id, owner="p"))
+                cursors.append(ledger.runs.start(conv_id, owner="p"))
             elif op in ("record", "complete", "fail") and cursors:
                 cursor = cursors.pop(n % len(cursors))
                 if op == "record":
                     message = Message(role="assistant", content=f"r{n}")
-                    _, cursor = ledger.record(cursor, [NewEvent.of_message(message)])
+                    _, cursor = ledger.runs.record(cursor, [NewEvent.of_message(message)])
                     cursors.append(cursor)
                 elif op == "complete":
-                    ledger.complete_run(cursor)
+                    ledger.runs.complete(cursor)
                 else:
-                    ledger.fail_run(cursor, stage="model", error="injected")
+                    ledger.runs.fail(cursor, stage="model", error="injected")
                     failed.append(cursor.run_id)
             elif op == "resume" and failed:
-                run = ledger.run(failed[n % len(failed)])
-                cursors.append(ledger.start_run(run.conversation_id, owner="p", resumes=run.id))
+                run = ledger.runs.get(failed[n % len(failed)])
+                cursors.append(ledger.runs.start(run.conversation_id, owner="p", resumes=run.id))
         except ChatledgerError:
             pass  # conflicts and refused resumes are part of the game
     return convs

@@ -254,16 +254,16 @@ def test_runs_and_leases_see_their_own_writes_while_the_replica_lags(
     conv = ledger.create_conversation()
     ledger.append_messages(conv.id, said("question"))
     with cluster.paused():
-        cursor = ledger.start_run(conv.id, owner="worker")
-        assert ledger.run(cursor.run_id).status == "running"
-        assert [r.id for r in ledger.runs(conversation_id=conv.id)] == [cursor.run_id]
-        leased = ledger.run(cursor.run_id).lease_expires_at
-        ledger.renew_lease(cursor, 600)
-        renewed = ledger.run(cursor.run_id).lease_expires_at
+        cursor = ledger.runs.start(conv.id, owner="worker")
+        assert ledger.runs.get(cursor.run_id).status == "running"
+        assert [r.id for r in ledger.runs.recent(conversation_id=conv.id)] == [cursor.run_id]
+        leased = ledger.runs.get(cursor.run_id).lease_expires_at
+        ledger.runs.renew_lease(cursor, 600)
+        renewed = ledger.runs.get(cursor.run_id).lease_expires_at
         assert leased is not None and renewed is not None and renewed > leased
-        _, cursor = ledger.record(cursor, [NewEvent.of_message(Message(role="assistant"))])
-        done = ledger.complete_run(cursor)
-        assert ledger.run(cursor.run_id).status == "completed"
+        _, cursor = ledger.runs.record(cursor, [NewEvent.of_message(Message(role="assistant"))])
+        done = ledger.runs.complete(cursor)
+        assert ledger.runs.get(cursor.run_id).status == "completed"
         assert ledger.conversation(conv.id).head == done.head
 
 
@@ -406,9 +406,9 @@ async def test_the_async_store_routes_as_the_sync_store_does(cluster: Cluster) -
             assert (await ledger.conversation(conv.id)).head == appended.head
             at = await ledger.history(conv.id, at=appended.head)
             assert [m.content for m in at] == ["first", "second"]
-            cursor = await ledger.start_run(conv.id, owner="worker")
-            assert (await ledger.run(cursor.run_id)).status == "running"
-            await ledger.renew_lease(cursor, 120)
+            cursor = await ledger.runs.start(conv.id, owner="worker")
+            assert (await ledger.runs.get(cursor.run_id)).status == "running"
+            await ledger.runs.renew_lease(cursor, 120)
             # The rest, from the replica.
             seen = (await ledger.audit.events(conversation_id=conv.id)).items
             assert appended.events[-1].id not in [e.id for e in seen]

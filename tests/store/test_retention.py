@@ -49,17 +49,17 @@ def _last(ledger: Ledger, conversation_id: str) -> datetime:
 
 
 def test_a_policy_is_set_read_replaced_and_cleared(ledger: Ledger) -> None:
-    assert ledger.retention() is None
-    first = ledger.set_retention(30, "erase")
+    assert ledger.retention.get() is None
+    first = ledger.retention.set(30, "erase")
     assert (first.tenant, first.idle_days, first.action) == (ledger.tenant, 30, "erase")
-    ledger.set_retention(90, "export-erase")
-    found = ledger.retention()
+    ledger.retention.set(90, "export-erase")
+    found = ledger.retention.get()
     assert found is not None and (found.idle_days, found.action) == (90, "export-erase")
-    assert ledger.clear_retention() and not ledger.clear_retention()
-    assert ledger.retention() is None
+    assert ledger.retention.clear() and not ledger.retention.clear()
+    assert ledger.retention.get() is None
     for days, action in ((0, "erase"), (-1, "erase"), (True, "erase"), (30, "delete")):
         with pytest.raises(InvalidInputError):
-            ledger.set_retention(days, action)  # type: ignore[arg-type]
+            ledger.retention.set(days, action)  # type: ignore[arg-type]
 
 
 def test_the_pass_erases_idle_subjects_keeps_active_ones_and_reports_the_clear(
@@ -73,7 +73,7 @@ def test_the_pass_erases_idle_subjects_keeps_active_ones_and_reports_the_clear(
     new = _conversation(ledger, text="new")
     mixed_new = _conversation(ledger, subject="mixed", text="new too")
     assert _last(ledger, mixed_old) < between < _last(ledger, new)
-    ledger.set_retention(1, "erase")
+    ledger.retention.set(1, "erase")
     now = between + timedelta(days=1, microseconds=1)
 
     dry = sealed_store.run_retention(tenant=ledger.tenant, dry_run=True, now=now)
@@ -99,7 +99,7 @@ def test_export_erase_archives_each_conversation_before_erasing_it(
 ) -> None:
     first = _conversation(ledger, subject="person", text="first words")
     second = _conversation(ledger, subject="person", text="second words")
-    ledger.set_retention(1, "export-erase")
+    ledger.retention.set(1, "export-erase")
     now = _last(ledger, second) + timedelta(days=2)
     with pytest.raises(InvalidInputError, match="export directory"):
         sealed_store.run_retention(tenant=ledger.tenant, now=now)
@@ -129,7 +129,7 @@ def test_a_pass_killed_halfway_leaves_a_verifiable_store_and_finishes_when_run_a
     with Store.open(own_database, kek=KEK) as store:
         ledger = store.tenant("acme")
         ids = {f"person-{i}": _conversation(ledger, subject=f"person-{i}") for i in range(3)}
-        ledger.set_retention(1, "export-erase")
+        ledger.retention.set(1, "export-erase")
         now = _last(ledger, ids["person-2"]) + timedelta(days=2)
     kill_when_paused(
         "tests._retention_child",

@@ -239,9 +239,9 @@ def test_a_read_inside_a_rolled_back_transaction_leaves_nothing_to_serve_later(
     with store.engine.connect() as caller:
         caller.begin()
         appended = store.execute(
-            ops.append_messages(conv.id, [user("rolled back")], None, None, None, "client"), caller
+            next(ops.append_messages(conv.id, [user("rolled back")])), caller
         )
-        inside = store.execute(ops.history(conv.id, appended.head, True), caller)
+        inside = store.execute(ops.history(conv.id, at=appended.head), caller)
         assert [m.content for m in inside] == ["kept", "rolled back"]
         caller.rollback()
     committed = ledger.append_messages(conv.id, [user("committed")])

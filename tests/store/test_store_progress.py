@@ -49,12 +49,12 @@ def test_claiming_by_id_claims_that_stale_run_only(database_url: str) -> None:
     with Store.open(database_url) as store:
         ledger = store.tenant(f"c-{uuid.uuid4().hex[:8]}")
         wanted, other = (
-            ledger.start_run(ledger.create_conversation().id, owner="dead", lease_seconds=0)
+            ledger.runs.start(ledger.create_conversation().id, owner="dead", lease_seconds=0)
             for _ in range(2)
         )
-        claimed = ledger.claim_stale_runs(owner="me", run_id=wanted.run_id)
+        claimed = ledger.runs.claim_stale(owner="me", run_id=wanted.run_id)
         assert [run.id for run, _ in claimed] == [wanted.run_id]
-        assert ledger.claim_stale_runs(owner="me", run_id=wanted.run_id) == []  # leased now
-        assert ledger.run(other.run_id).lease_owner == "dead"
+        assert ledger.runs.claim_stale(owner="me", run_id=wanted.run_id) == []  # leased now
+        assert ledger.runs.get(other.run_id).lease_owner == "dead"
         stranger = store.tenant("someone-else")
-        assert stranger.claim_stale_runs(owner="me", run_id=other.run_id) == []
+        assert stranger.runs.claim_stale(owner="me", run_id=other.run_id) == []

@@ -224,7 +224,7 @@ def through(
 ) -> None:
     """Append with the store, inside the caller's open transaction (`connection=`)."""
     message = Message(role="user", content=text)
-    op = ledger._ops.append_messages(conversation_id, [message], None, None, None, "client")
+    op = next(ledger._ops.append_messages(conversation_id, [message]))
     store.execute(op, conn)
 
 

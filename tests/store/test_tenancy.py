@@ -54,9 +54,9 @@ def _populate(ledger: Ledger) -> Ids:
     """A conversation with history, a failed run on a side branch, and a running run."""
     conv = ledger.create_conversation({"secret": ledger.tenant})
     ledger.append_messages(conv.id, [user(f"secret of {ledger.tenant}")])
-    failed = ledger.start_run(conv.id, owner="w", events=[NewEvent.of_message(user("q"))])
-    ledger.fail_run(failed, stage="model", error="down")
-    running = ledger.start_run(conv.id, owner="w", events=[NewEvent.of_message(user("q2"))])
+    failed = ledger.runs.start(conv.id, owner="w", events=[NewEvent.of_message(user("q"))])
+    ledger.runs.fail(failed, stage="model", error="down")
+    running = ledger.runs.start(conv.id, owner="w", events=[NewEvent.of_message(user("q2"))])
     return Ids(conv.id, running.branch_id, failed.run_id, running)
 
 
@@ -116,7 +116,7 @@ OPERATIONS: dict[str, Operation] = {
     "entries at their branch": lambda w, i: w.mine.entries(
         w.own.conversation, at=Position(i.branch, 1)
     ),
-    "set state": lambda w, i: w.mine.set_state(i.conversation, {"s": 1}),
+    "set state": lambda w, i: w.mine.append_messages(i.conversation, [], state={"s": 1}),
     "move head with state": lambda w, i: w.mine.move_head(i.conversation, 1, state={"s": 1}),
     "fork": lambda w, i: w.mine.fork(i.conversation),
     "fork with key": lambda w, i: w.mine.fork(i.conversation, key="k"),
@@ -127,20 +127,20 @@ OPERATIONS: dict[str, Operation] = {
     ),
     "events of conversation": lambda w, i: w.mine.events(conversation_id=i.conversation),
     "events of run": lambda w, i: w.mine.events(run_id=i.run),
-    "start run": lambda w, i: w.mine.start_run(i.conversation, owner="w"),
-    "start run at their branch": lambda w, i: w.mine.start_run(
+    "start run": lambda w, i: w.mine.runs.start(i.conversation, owner="w"),
+    "start run at their branch": lambda w, i: w.mine.runs.start(
         w.own.conversation, owner="w", base=Position(i.branch, 1)
     ),
-    "resume their run": lambda w, i: w.mine.start_run(w.own.conversation, owner="w", resumes=i.run),
-    "record": lambda w, i: w.mine.record(i.cursor, [NewEvent.of_message(user("inject"))]),
-    "record with key": lambda w, i: w.mine.record(
+    "resume their run": lambda w, i: w.mine.runs.start(w.own.conversation, owner="w", resumes=i.run),
+    "record": lambda w, i: w.mine.runs.record(i.cursor, [NewEvent.of_message(user("inject"))]),
+    "record with key": lambda w, i: w.mine.runs.record(
         i.cursor, [NewEvent.of_message(user("inject"))], idempotency_key="k"
     ),
-    "complete run": lambda w, i: w.mine.complete_run(i.cursor),
-    "fail run": lambda w, i: w.mine.fail_run(i.cursor, stage="model", error="x"),
-    "renew lease": lambda w, i: w.mine.renew_lease(i.cursor),
-    "run": lambda w, i: w.mine.run(i.run),
-    "runs of conversation": lambda w, i: w.mine.runs(conversation_id=i.conversation),
+    "complete run": lambda w, i: w.mine.runs.complete(i.cursor),
+    "fail run": lambda w, i: w.mine.runs.fail(i.cursor, stage="model", error="x"),
+    "renew lease": lambda w, i: w.mine.runs.renew_lease(i.cursor),
+    "run": lambda w, i: w.mine.runs.get(i.run),
+    "runs of conversation": lambda w, i: w.mine.runs.recent(conversation_id=i.conversation),
     "verify": lambda w, i: w.mine.verify(i.conversation),
     "audit events of conversation": lambda w, i: w.mine.audit.events(
         conversation_id=i.conversation
@@ -231,12 +231,12 @@ def test_a_forged_cursor_cannot_write_into_another_tenants_log(world: World, sto
     other = store.tenant(world.tenants[1])
     logged = other.events(conversation_id=world.theirs.conversation)
     with pytest.raises(NotFoundError):
-        world.mine.record(forged, [NewEvent.of_message(user("inject"))])
+        world.mine.runs.record(forged, [NewEvent.of_message(user("inject"))])
     with pytest.raises(NotFoundError):
-        world.mine.complete_run(forged)
+        world.mine.runs.complete(forged)
     assert other.events(conversation_id=world.theirs.conversation) == logged
     # The run itself still works through its true cursor.
-    world.mine.record(world.own.cursor, [NewEvent.of_message(user("fine"))])
+    world.mine.runs.record(world.own.cursor, [NewEvent.of_message(user("fine"))])
 
 
 def test_a_taken_conversation_id_is_the_same_conflict_for_every_tenant(world: World) -> None:
@@ -253,7 +253,7 @@ def test_a_taken_run_id_is_the_same_conflict_for_every_tenant(world: World) -> N
     errors = []
     for taken in (world.own.run, world.theirs.run):
         with pytest.raises(ConflictError) as caught:
-            world.mine.start_run(world.own.conversation, owner="w", run_id=taken)
+            world.mine.runs.start(world.own.conversation, owner="w", run_id=taken)
         errors.append(str(caught.value).replace(taken, "<id>"))
     assert errors[0] == errors[1]
     assert "is taken" in errors[0]

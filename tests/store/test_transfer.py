@@ -69,25 +69,25 @@ def build(ledger: Ledger) -> tuple[str, str]:
     ledger.append_messages(
         conv.id, [Message(role="user", content="hello"), Message(role="assistant", content="hi")]
     )
-    failed = ledger.start_run(
+    failed = ledger.runs.start(
         conv.id,
         owner="worker",
         model="m",
         events=[NewEvent.of_message(Message(role="user", content="a run that fails"))],
     )
-    _, failed = ledger.record(
+    _, failed = ledger.runs.record(
         failed, [NewEvent.of_message(Message(role="assistant", content="half an answer"))]
     )
-    ledger.fail_run(failed, stage="model", error="the model went away")
+    ledger.runs.fail(failed, stage="model", error="the model went away")
     ledger.append_messages(conv.id, [Message(role="user", content="an edit")], after=2)
-    done = ledger.start_run(
+    done = ledger.runs.start(
         conv.id,
         owner="worker",
         events=[NewEvent.of_message(Message(role="user", content="look it up"))],
     )
     call = Message(role="assistant", tool_calls=[ToolCall(id="c1", name="lookup", arguments="{}")])
     result = Message(role="tool", tool_call_id="c1", tool_name="lookup", content="found")
-    _, done = ledger.record(
+    _, done = ledger.runs.record(
         done,
         [
             NewEvent.of_message(call),
@@ -96,8 +96,8 @@ def build(ledger: Ledger) -> tuple[str, str]:
             NewEvent.of_message(result),
         ],
     )
-    ledger.complete_run(done, request_count=1, tool_count=1)
-    ledger.set_state(conv.id, {"step": 2})
+    ledger.runs.complete(done, request_count=1, tool_count=1)
+    ledger.append_messages(conv.id, [], state={"step": 2})
     minted = [str(uuid.uuid4()) for _ in range(2)]
     ledger.append_messages(
         conv.id,
@@ -145,7 +145,7 @@ def assert_same(source: Ledger, copy: Ledger, ids: list[str]) -> None:
         assert copy.history(cid, repaired=False) == source.history(cid, repaired=False)
         assert entry_rows(copy, cid) == entry_rows(source, cid)
         assert event_rows(copy, cid) == event_rows(source, cid)
-        assert copy.runs(conversation_id=cid) == source.runs(conversation_id=cid)
+        assert copy.runs.recent(conversation_id=cid) == source.runs.recent(conversation_id=cid)
 
 
 def row_counts(store: Store) -> dict[str, int]:

@@ -41,13 +41,13 @@ def populate(ledger: Ledger) -> tuple[str, str]:
     ledger.append_messages(
         conv.id, [Message(role="user", content="one"), Message(role="assistant", content="two")]
     )
-    cursor = ledger.start_run(conv.id, owner="v")
-    _, cursor = ledger.record(
+    cursor = ledger.runs.start(conv.id, owner="v")
+    _, cursor = ledger.runs.record(
         cursor, [NewEvent.of_message(Message(role="assistant", content="three"))]
     )
-    ledger.complete_run(cursor)
-    failing = ledger.start_run(conv.id, owner="v")
-    ledger.fail_run(failing, stage="model", error="x")
+    ledger.runs.complete(cursor)
+    failing = ledger.runs.start(conv.id, owner="v")
+    ledger.runs.fail(failing, stage="model", error="x")
     ledger.append_messages(conv.id, [Message(role="user", content="after a failed run")])
     ledger.move_head(conv.id, 3)
     fork = ledger.fork(conv.id)
@@ -343,9 +343,9 @@ def test_a_deleted_head_that_a_run_left_is_named_by_run_started(
         conv, [Message(role="user", content="q"), Message(role="assistant", content="a")]
     )
     old_head = ledger.conversation(conv).head
-    cursor = ledger.start_run(conv, owner="v", base=2)  # regenerate the answer
-    _, cursor = ledger.record(cursor, [NewEvent.of_message(Message(role="assistant", content="b"))])
-    ledger.complete_run(cursor)
+    cursor = ledger.runs.start(conv, owner="v", base=2)  # regenerate the answer
+    _, cursor = ledger.runs.record(cursor, [NewEvent.of_message(Message(role="assistant", content="b"))])
+    ledger.runs.complete(cursor)
     started = only_event(ledger, conv, "run.started")
     delete_event(store, ledger, conv, old_head)
     result = ledger.verify(conv, recompute=recompute)
@@ -361,9 +361,9 @@ def test_a_deleted_tail_of_a_failed_run_is_named_by_its_run_row(
     ledger.append_messages(
         conv, [Message(role="user", content="q"), Message(role="assistant", content="a")]
     )
-    cursor = ledger.start_run(conv, owner="v", base=2)  # a side branch at position 2
-    ledger.fail_run(cursor, stage="model", error="x")
-    run = ledger.run(cursor.run_id)
+    cursor = ledger.runs.start(conv, owner="v", base=2)  # a side branch at position 2
+    ledger.runs.fail(cursor, stage="model", error="x")
+    run = ledger.runs.get(cursor.run_id)
     delete_event(store, ledger, conv, Position(run.branch_id, run.position))
     result = ledger.verify(conv, recompute=recompute)
     assert not result.ok and result.event_seq is None
@@ -376,10 +376,10 @@ def test_a_deleted_point_that_a_resume_continues_is_named_even_with_the_run_row_
 ) -> None:
     conv = ledger.create_conversation().id
     ledger.append_messages(conv, [Message(role="user", content="q")])
-    failed = ledger.start_run(conv, owner="v")
-    ledger.fail_run(failed, stage="model", error="x")
-    ledger.start_run(conv, owner="v", resumes=failed.run_id)
-    tail = ledger.run(failed.run_id)
+    failed = ledger.runs.start(conv, owner="v")
+    ledger.runs.fail(failed, stage="model", error="x")
+    ledger.runs.start(conv, owner="v", resumes=failed.run_id)
+    tail = ledger.runs.get(failed.run_id)
     resumed_from = Position(tail.branch_id, tail.position)
     created = only_event(ledger, conv, "branch.created")
     delete_event(store, ledger, conv, resumed_from)
@@ -429,16 +429,16 @@ def test_every_position_an_untouched_log_names_is_found(
     ledger.append_messages(
         conv, [Message(role="user", content="q"), Message(role="assistant", content="a")]
     )
-    regenerate = ledger.start_run(conv, owner="v", base=2)
-    ledger.complete_run(regenerate)
-    failed = ledger.start_run(conv, owner="v")
-    ledger.fail_run(failed, stage="model", error="x")
-    resume = ledger.start_run(conv, owner="v", resumes=failed.run_id)
-    ledger.complete_run(resume)
+    regenerate = ledger.runs.start(conv, owner="v", base=2)
+    ledger.runs.complete(regenerate)
+    failed = ledger.runs.start(conv, owner="v")
+    ledger.runs.fail(failed, stage="model", error="x")
+    resume = ledger.runs.start(conv, owner="v", resumes=failed.run_id)
+    ledger.runs.complete(resume)
     ledger.move_head(conv, 2)
     fork = ledger.fork(conv, at=3).id
     ledger.move_head(fork, 2)  # into the source's lineage
-    ledger.complete_run(ledger.start_run(fork, owner="v", base=1))  # based in the source
+    ledger.runs.complete(ledger.runs.start(fork, owner="v", base=1))  # based in the source
     assert [r.problem for r in ledger.verify_all(recompute=recompute)] == [None, None]
 
 
