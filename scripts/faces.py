@@ -1,9 +1,10 @@
 """Write the store's faces from the one declaration of each operation.
 
 Every store operation is declared once, as a method of `Operations` (a
-tenant's) or `StoreOperations` (the whole database's) in `store/_ops.py`:
+tenant's) or `StoreOperations` (the whole database's) in `store/_ops.py`, or
+of `AuditOperations` (a tenant's audit queries) in `store/_audit.py`:
 its parameters, their defaults and its docstring. The faces people call,
-`Store`, `Ledger`, `Runs`, `Retention` and their async twins, run those
+`Store`, `Ledger`, `Runs`, `Retention`, `Audit` and their async twins, run those
 declarations; their methods are written here, between the markers in each
 class, and nowhere by hand (docs/adr/0043-one-declaration-per-operation.md):
 
@@ -24,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DECLARATIONS = ROOT / "store" / "_ops.py"
-BEGIN = "    # -- operations: written by scripts/faces.py from store/_ops.py; edit them there --"
+DECLARATIONS = (ROOT / "store" / "_ops.py", ROOT / "store" / "_audit.py")
+BEGIN = "    # -- operations: written by scripts/faces.py from their declarations; edit those --"
 END = "    # -- end of the operations --"
 WIDTH = 100
 
@@ -79,6 +80,9 @@ RUNS = (
     ("recent", "runs"),
 )
 RETENTION = (("set", "set_retention"), ("get", "retention"), ("clear", "clear_retention"))
+AUDIT = same(
+    "events", "run_timeline", "model_request", "tool_executions", "supplied_and_repaired", "lineage"
+)
 
 FACES = [
     face
@@ -93,18 +97,25 @@ FACES = [
         Face(path, f"{prefix}Runs", "Operations", "self._store.execute", RUNS),
         Face(path, f"{prefix}Retention", "Operations", "self._store.execute", RETENTION),
     )
+] + [
+    Face("store/_audit.py", f"{prefix}Audit", "AuditOperations", "self._store.execute", AUDIT)
+    for prefix in ("", "Async")
 ]
 
 
-def declarations() -> tuple[str, dict[str, dict[str, ast.FunctionDef]]]:
-    source = DECLARATIONS.read_text()
-    found: dict[str, dict[str, ast.FunctionDef]] = {}
-    for node in ast.parse(source).body:
-        if isinstance(node, ast.ClassDef):
-            found[node.name] = {
-                item.name: item for item in node.body if isinstance(item, ast.FunctionDef)
-            }
-    return source, found
+Declared = dict[str, tuple[str, dict[str, ast.FunctionDef]]]
+
+
+def declarations() -> Declared:
+    """Each declaring class: the source of its file, and its methods by name."""
+    found: Declared = {}
+    for path in DECLARATIONS:
+        source = path.read_text()
+        for node in ast.parse(source).body:
+            if isinstance(node, ast.ClassDef) and node.name.endswith("Operations"):
+                methods = {i.name: i for i in node.body if isinstance(i, ast.FunctionDef)}
+                found[node.name] = (source, methods)
+    return found
 
 
 def parameters(fn: ast.FunctionDef) -> list[tuple[str, str, bool]]:
@@ -181,18 +192,19 @@ def method(face: Face, name: str, fn: ast.FunctionDef, source: str, is_async: bo
     return [*signature, f"        {docstring}", *body]
 
 
-def render(face: Face, source: str, declared: dict[str, dict[str, ast.FunctionDef]]) -> str:
+def render(face: Face, declared: Declared) -> str:
     is_async = face.name.startswith("Async")
+    source, methods = declared[face.declared_by]
     lines = [BEGIN]
     for name, op in face.operations:
         lines.append("")
-        lines += method(face, name, declared[face.declared_by][op], source, is_async)
+        lines += method(face, name, methods[op], source, is_async)
     lines += ["", END]
     return "\n".join(lines)
 
 
 def rewrite(text: str, face: Face, block: str) -> str:
-    start = text.index(f"\nclass {face.name}")
+    start = text.index(f"\nclass {face.name}:")
     begin = text.index(BEGIN, start)
     end = text.index(END, begin) + len(END)
     nxt = text.find("\nclass ", start + 1)
@@ -201,12 +213,12 @@ def rewrite(text: str, face: Face, block: str) -> str:
 
 
 def generate() -> dict[Path, str]:
-    source, declared = declarations()
+    declared = declarations()
     files: dict[Path, str] = {}
     for face in FACES:
         path = ROOT / face.path
         text = files.get(path, path.read_text())
-        files[path] = rewrite(text, face, render(face, source, declared))
+        files[path] = rewrite(text, face, render(face, declared))
     return files
 
 

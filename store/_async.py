@@ -228,7 +228,7 @@ class AsyncStore:
         """A handle whose every operation is scoped to `tenant`."""
         return AsyncLedger(self, tenant)
 
-    # -- operations: written by scripts/faces.py from store/_ops.py; edit them there --
+    # -- operations: written by scripts/faces.py from their declarations; edit those --
 
     async def migrate(
         self,
@@ -499,7 +499,7 @@ class AsyncLedger:
             stop=settings.stop,
         )
 
-    # -- operations: written by scripts/faces.py from store/_ops.py; edit them there --
+    # -- operations: written by scripts/faces.py from their declarations; edit those --
 
     async def create_conversation(
         self,
@@ -877,7 +877,7 @@ class AsyncRuns:
         self._store = store
         self._ops = ops
 
-    # -- operations: written by scripts/faces.py from store/_ops.py; edit them there --
+    # -- operations: written by scripts/faces.py from their declarations; edit those --
 
     async def start(
         self,
@@ -1045,7 +1045,7 @@ class AsyncRetention:
         self._store = store
         self._ops = ops
 
-    # -- operations: written by scripts/faces.py from store/_ops.py; edit them there --
+    # -- operations: written by scripts/faces.py from their declarations; edit those --
 
     async def set(self, idle_days: int, action: RetentionAction) -> RetentionPolicy:
         """Set the tenant's retention policy: conversations idle for `idle_days` are

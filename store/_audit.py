@@ -18,6 +18,7 @@ from typing import Any, Literal, TypeVar, get_args
 from sqlalchemy.engine import Connection
 
 from chatledger.store._errors import InvalidInputError
+from chatledger.store._sealing import Program, adrive, drive
 from chatledger.store._sql import log as _log
 from chatledger.store._sql.audit import (
     Filter,
@@ -122,25 +123,39 @@ def _query(action: str, tenant: str, fn: Callable[[Connection], T]) -> Op[T]:
     return Op(action, write=False, replica=True, tenant=tenant, fn=fn)
 
 
-class _AuditOps:
-    """Builds the tenant-scoped audit operations that `Audit` and `AsyncAudit` run."""
+class AuditOperations:
+    """The tenant's audit queries, each declared once: `Audit` and `AsyncAudit` are
+    written from these by scripts/faces.py."""
 
     def __init__(self, tenant: str) -> None:
         self.tenant = tenant
 
     def events(
         self,
-        conversation_id: str | None,
-        run_id: str | None,
-        kinds: str | Sequence[str] | None,
-        tool_name: str | None,
-        origin: str | Sequence[str] | None,
-        failed: bool | None,
-        since: datetime | None,
-        until: datetime | None,
-        after: str | None,
-        limit: int,
+        *,
+        conversation_id: str | None = None,
+        run_id: str | None = None,
+        kinds: str | Sequence[str] | None = None,
+        tool_name: str | None = None,
+        origin: Origin | Sequence[Origin] | None = None,
+        failed: bool | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        after: str | None = None,
+        limit: int = DEFAULT_LIMIT,
     ) -> Op[Page[Event]]:
+        """The tenant's events, filtered, in commit order.
+
+        Args:
+            conversation_id: only events the conversation wrote (a fork's
+                inherited events belong to its source).
+            run_id: only events stamped with the run.
+            kinds: one kind or several.
+            tool_name: `tool.started` events and tool results naming the tool.
+            origin: `run`, `client` or `repair` (or several).
+            failed: True for events recording a failure (`tool.finished` and
+                tool results marked failed, `run.failed`); False for the rest.
+        """
         f = _filter(
             conversation_id=conversation_id,
             run_id=run_id,
@@ -153,36 +168,15 @@ class _AuditOps:
         )
         return self._events(f, after, limit)
 
-    def supplied_and_repaired(
-        self,
-        conversation_id: str | None,
-        run_id: str | None,
-        origin: str | None,
-        since: datetime | None,
-        until: datetime | None,
-        after: str | None,
-        limit: int,
-    ) -> Op[Page[Event]]:
-        f = _filter(
-            conversation_id=conversation_id,
-            run_id=run_id,
-            kinds="message.recorded",
-            origin=_supplied_or_repaired(origin),
-            since=since,
-            until=until,
-        )
-        return self._events(f, after, limit)
-
-    def _events(self, f: Filter, after: str | None, limit: int) -> Op[Page[Event]]:
-        return _query(
-            "reading audit events",
-            self.tenant,
-            fn=lambda c: list_events(c, self.tenant, f, after=after, limit=limit),
-        )
-
     def run_timeline(
-        self, run_id: str, kinds: str | Sequence[str] | None, after: str | None, limit: int
+        self,
+        run_id: str,
+        *,
+        kinds: str | Sequence[str] | None = None,
+        after: str | None = None,
+        limit: int = DEFAULT_LIMIT,
     ) -> Op[Page[TimelineEntry]]:
+        """Every event of the run, in order, with its stage and time since `run.started`."""
         names = _names(kinds, None, "kinds")
         return _query(
             f"reading the timeline of run '{run_id}'",
@@ -195,10 +189,22 @@ class _AuditOps:
     def model_request(
         self,
         run_id: str,
-        number: int,
+        request: int,
+        *,
         instructions: str,
-        context: str,
-    ) -> Op[RequestParts]:
+        context: str = "",
+        history_processor: HistoryProcessor | None = None,
+    ) -> Program[RecordedRequest]:
+        """Model request number `request` of the run, rebuilt from the log.
+
+        Args:
+            instructions: the instructions the run resolved; the log keeps
+                only their sha256, which they must match (`InvalidInputError`).
+            context: text the run added to the system message after the
+                instructions (the engine's retrieval context block).
+            history_processor: the agent's history processor, if it had one.
+        """
+        number = request
         if isinstance(number, bool) or not isinstance(number, int) or number < 1:
             raise InvalidInputError(
                 f"Model requests are numbered from 1, so {number!r} names none. Pass the "
@@ -206,24 +212,33 @@ class _AuditOps:
             )
         if not isinstance(context, str):
             raise InvalidInputError(f"context must be text, not {type(context).__name__}.")
-        return _query(
+        op = _query(
             f"rebuilding model request {number} of run '{run_id}'",
             self.tenant,
             fn=lambda c: model_request(c, self.tenant, run_id, number, instructions=instructions),
         )
+        return _rebuilt(op, instructions, context, history_processor)
 
     def tool_executions(
         self,
-        conversation_id: str | None,
-        run_id: str | None,
-        tool_name: str | None,
-        status: ToolStatus | Sequence[ToolStatus] | None,
-        failed: bool | None,
-        since: datetime | None,
-        until: datetime | None,
-        after: str | None,
-        limit: int,
+        *,
+        conversation_id: str | None = None,
+        run_id: str | None = None,
+        tool_name: str | None = None,
+        status: ToolStatus | Sequence[ToolStatus] | None = None,
+        failed: bool | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        after: str | None = None,
+        limit: int = DEFAULT_LIMIT,
     ) -> Op[Page[ToolExecution]]:
+        """Every tool call started, with how it ended (`ToolExecution.status`).
+
+        `status="uncertain"` lists the calls that started and never finished,
+        whose side effects are unknown. `failed=True` is `status="failed"`,
+        `failed=False` is `status="finished"`. The time range applies to the
+        call's start.
+        """
         f = _filter(
             conversation_id=conversation_id,
             run_id=run_id,
@@ -245,12 +260,58 @@ class _AuditOps:
             fn=lambda c: tool_executions(c, self.tenant, f, statuses, after=after, limit=limit),
         )
 
+    def supplied_and_repaired(
+        self,
+        *,
+        conversation_id: str | None = None,
+        run_id: str | None = None,
+        origin: Literal["client", "repair"] | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        after: str | None = None,
+        limit: int = DEFAULT_LIMIT,
+    ) -> Op[Page[Event]]:
+        """Every message a caller supplied (origin `client`) or repair synthesized (`repair`).
+
+        What a run produced has origin `run`; these are the others, so
+        evidence is never confused with content a caller asserted.
+        """
+        f = _filter(
+            conversation_id=conversation_id,
+            run_id=run_id,
+            kinds="message.recorded",
+            origin=_supplied_or_repaired(origin),
+            since=since,
+            until=until,
+        )
+        return self._events(f, after, limit)
+
     def lineage(self, conversation_id: str) -> Op[Lineage]:
+        """The conversation's branches, forks in and out, and resumes."""
         return _query(
             f"reading the lineage of conversation '{conversation_id}'",
             self.tenant,
             fn=lambda c: lineage(c, self.tenant, conversation_id),
         )
+
+    def _events(self, f: Filter, after: str | None, limit: int) -> Op[Page[Event]]:
+        return _query(
+            "reading audit events",
+            self.tenant,
+            fn=lambda c: list_events(c, self.tenant, f, after=after, limit=limit),
+        )
+
+
+def _rebuilt(
+    op: Op[RequestParts],
+    instructions: str,
+    context: str,
+    history_processor: HistoryProcessor | None,
+) -> Program[RecordedRequest]:
+    parts: RequestParts = yield op
+    return recorded_request(
+        parts, instructions=instructions, context=context, history_processor=history_processor
+    )
 
 
 class Audit:
@@ -263,7 +324,9 @@ class Audit:
 
     def __init__(self, store: Executor, tenant: str) -> None:
         self._store = store
-        self._ops = _AuditOps(tenant)
+        self._ops = AuditOperations(tenant)
+
+    # -- operations: written by scripts/faces.py from their declarations; edit those --
 
     def events(
         self,
@@ -293,16 +356,16 @@ class Audit:
         """
         return self._store.execute(
             self._ops.events(
-                conversation_id,
-                run_id,
-                kinds,
-                tool_name,
-                origin,
-                failed,
-                since,
-                until,
-                after,
-                limit,
+                conversation_id=conversation_id,
+                run_id=run_id,
+                kinds=kinds,
+                tool_name=tool_name,
+                origin=origin,
+                failed=failed,
+                since=since,
+                until=until,
+                after=after,
+                limit=limit,
             )
         )
 
@@ -315,7 +378,9 @@ class Audit:
         limit: int = DEFAULT_LIMIT,
     ) -> Page[TimelineEntry]:
         """Every event of the run, in order, with its stage and time since `run.started`."""
-        return self._store.execute(self._ops.run_timeline(run_id, kinds, after, limit))
+        return self._store.execute(
+            self._ops.run_timeline(run_id, kinds=kinds, after=after, limit=limit)
+        )
 
     def model_request(
         self,
@@ -323,7 +388,7 @@ class Audit:
         request: int,
         *,
         instructions: str,
-        context: str = "",
+        context: str = '',
         history_processor: HistoryProcessor | None = None,
     ) -> RecordedRequest:
         """Model request number `request` of the run, rebuilt from the log.
@@ -335,9 +400,15 @@ class Audit:
                 instructions (the engine's retrieval context block).
             history_processor: the agent's history processor, if it had one.
         """
-        parts = self._store.execute(self._ops.model_request(run_id, request, instructions, context))
-        return recorded_request(
-            parts, instructions=instructions, context=context, history_processor=history_processor
+        return drive(
+            self._ops.model_request(
+                run_id,
+                request,
+                instructions=instructions,
+                context=context,
+                history_processor=history_processor,
+            ),
+            self._store.execute,
         )
 
     def tool_executions(
@@ -362,7 +433,15 @@ class Audit:
         """
         return self._store.execute(
             self._ops.tool_executions(
-                conversation_id, run_id, tool_name, status, failed, since, until, after, limit
+                conversation_id=conversation_id,
+                run_id=run_id,
+                tool_name=tool_name,
+                status=status,
+                failed=failed,
+                since=since,
+                until=until,
+                after=after,
+                limit=limit,
             )
         )
 
@@ -371,7 +450,7 @@ class Audit:
         *,
         conversation_id: str | None = None,
         run_id: str | None = None,
-        origin: Literal["client", "repair"] | None = None,
+        origin: Literal['client', 'repair'] | None = None,
         since: datetime | None = None,
         until: datetime | None = None,
         after: str | None = None,
@@ -384,7 +463,13 @@ class Audit:
         """
         return self._store.execute(
             self._ops.supplied_and_repaired(
-                conversation_id, run_id, origin, since, until, after, limit
+                conversation_id=conversation_id,
+                run_id=run_id,
+                origin=origin,
+                since=since,
+                until=until,
+                after=after,
+                limit=limit,
             )
         )
 
@@ -392,13 +477,17 @@ class Audit:
         """The conversation's branches, forks in and out, and resumes."""
         return self._store.execute(self._ops.lineage(conversation_id))
 
+    # -- end of the operations --
+
 
 class AsyncAudit:
     """The async face of `Audit`: the same queries, as coroutines."""
 
     def __init__(self, store: AsyncExecutor, tenant: str) -> None:
         self._store = store
-        self._ops = _AuditOps(tenant)
+        self._ops = AuditOperations(tenant)
+
+    # -- operations: written by scripts/faces.py from their declarations; edit those --
 
     async def events(
         self,
@@ -414,19 +503,30 @@ class AsyncAudit:
         after: str | None = None,
         limit: int = DEFAULT_LIMIT,
     ) -> Page[Event]:
-        """See `Audit.events`."""
+        """The tenant's events, filtered, in commit order.
+
+        Args:
+            conversation_id: only events the conversation wrote (a fork's
+                inherited events belong to its source).
+            run_id: only events stamped with the run.
+            kinds: one kind or several.
+            tool_name: `tool.started` events and tool results naming the tool.
+            origin: `run`, `client` or `repair` (or several).
+            failed: True for events recording a failure (`tool.finished` and
+                tool results marked failed, `run.failed`); False for the rest.
+        """
         return await self._store.execute(
             self._ops.events(
-                conversation_id,
-                run_id,
-                kinds,
-                tool_name,
-                origin,
-                failed,
-                since,
-                until,
-                after,
-                limit,
+                conversation_id=conversation_id,
+                run_id=run_id,
+                kinds=kinds,
+                tool_name=tool_name,
+                origin=origin,
+                failed=failed,
+                since=since,
+                until=until,
+                after=after,
+                limit=limit,
             )
         )
 
@@ -438,8 +538,10 @@ class AsyncAudit:
         after: str | None = None,
         limit: int = DEFAULT_LIMIT,
     ) -> Page[TimelineEntry]:
-        """See `Audit.run_timeline`."""
-        return await self._store.execute(self._ops.run_timeline(run_id, kinds, after, limit))
+        """Every event of the run, in order, with its stage and time since `run.started`."""
+        return await self._store.execute(
+            self._ops.run_timeline(run_id, kinds=kinds, after=after, limit=limit)
+        )
 
     async def model_request(
         self,
@@ -447,15 +549,27 @@ class AsyncAudit:
         request: int,
         *,
         instructions: str,
-        context: str = "",
+        context: str = '',
         history_processor: HistoryProcessor | None = None,
     ) -> RecordedRequest:
-        """See `Audit.model_request`."""
-        parts = await self._store.execute(
-            self._ops.model_request(run_id, request, instructions, context)
-        )
-        return recorded_request(
-            parts, instructions=instructions, context=context, history_processor=history_processor
+        """Model request number `request` of the run, rebuilt from the log.
+
+        Args:
+            instructions: the instructions the run resolved; the log keeps
+                only their sha256, which they must match (`InvalidInputError`).
+            context: text the run added to the system message after the
+                instructions (the engine's retrieval context block).
+            history_processor: the agent's history processor, if it had one.
+        """
+        return await adrive(
+            self._ops.model_request(
+                run_id,
+                request,
+                instructions=instructions,
+                context=context,
+                history_processor=history_processor,
+            ),
+            self._store.execute,
         )
 
     async def tool_executions(
@@ -471,10 +585,24 @@ class AsyncAudit:
         after: str | None = None,
         limit: int = DEFAULT_LIMIT,
     ) -> Page[ToolExecution]:
-        """See `Audit.tool_executions`."""
+        """Every tool call started, with how it ended (`ToolExecution.status`).
+
+        `status="uncertain"` lists the calls that started and never finished,
+        whose side effects are unknown. `failed=True` is `status="failed"`,
+        `failed=False` is `status="finished"`. The time range applies to the
+        call's start.
+        """
         return await self._store.execute(
             self._ops.tool_executions(
-                conversation_id, run_id, tool_name, status, failed, since, until, after, limit
+                conversation_id=conversation_id,
+                run_id=run_id,
+                tool_name=tool_name,
+                status=status,
+                failed=failed,
+                since=since,
+                until=until,
+                after=after,
+                limit=limit,
             )
         )
 
@@ -483,19 +611,31 @@ class AsyncAudit:
         *,
         conversation_id: str | None = None,
         run_id: str | None = None,
-        origin: Literal["client", "repair"] | None = None,
+        origin: Literal['client', 'repair'] | None = None,
         since: datetime | None = None,
         until: datetime | None = None,
         after: str | None = None,
         limit: int = DEFAULT_LIMIT,
     ) -> Page[Event]:
-        """See `Audit.supplied_and_repaired`."""
+        """Every message a caller supplied (origin `client`) or repair synthesized (`repair`).
+
+        What a run produced has origin `run`; these are the others, so
+        evidence is never confused with content a caller asserted.
+        """
         return await self._store.execute(
             self._ops.supplied_and_repaired(
-                conversation_id, run_id, origin, since, until, after, limit
+                conversation_id=conversation_id,
+                run_id=run_id,
+                origin=origin,
+                since=since,
+                until=until,
+                after=after,
+                limit=limit,
             )
         )
 
     async def lineage(self, conversation_id: str) -> Lineage:
-        """See `Audit.lineage`."""
+        """The conversation's branches, forks in and out, and resumes."""
         return await self._store.execute(self._ops.lineage(conversation_id))
+
+    # -- end of the operations --

@@ -206,7 +206,7 @@ class Store:
         """A handle whose every operation is scoped to `tenant`."""
         return Ledger(self, tenant)
 
-    # -- operations: written by scripts/faces.py from store/_ops.py; edit them there --
+    # -- operations: written by scripts/faces.py from their declarations; edit those --
 
     def migrate(
         self,
@@ -431,7 +431,7 @@ class Ledger:
             stop=settings.stop,
         )
 
-    # -- operations: written by scripts/faces.py from store/_ops.py; edit them there --
+    # -- operations: written by scripts/faces.py from their declarations; edit those --
 
     def create_conversation(
         self,
@@ -807,7 +807,7 @@ class Runs:
         self._store = store
         self._ops = ops
 
-    # -- operations: written by scripts/faces.py from store/_ops.py; edit them there --
+    # -- operations: written by scripts/faces.py from their declarations; edit those --
 
     def start(
         self,
@@ -975,7 +975,7 @@ class Retention:
         self._store = store
         self._ops = ops
 
-    # -- operations: written by scripts/faces.py from store/_ops.py; edit them there --
+    # -- operations: written by scripts/faces.py from their declarations; edit those --
 
     def set(self, idle_days: int, action: RetentionAction) -> RetentionPolicy:
         """Set the tenant's retention policy: conversations idle for `idle_days` are
