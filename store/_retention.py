@@ -19,18 +19,29 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import Protocol, TextIO
 from urllib.parse import quote
 
+from chatledger.store._cache import MessageCache
 from chatledger.store._errors import ChatledgerError, InvalidInputError
 from chatledger.store._sealing import Blocking, Program
 from chatledger.store._sql import erasure as _erasure
 from chatledger.store._sql import retention as _retention
 from chatledger.store._sql.ops import Op
 from chatledger.store._sql.retention import RetentionPlan, RetentionPolicy
+from chatledger.store._sql.transfer import ExportReport
 
-if TYPE_CHECKING:
-    from chatledger.store._ops import Operations
+
+class TenantOperations(Protocol):
+    """What a pass needs of a tenant's operations (`store._ops.Operations`, which
+    imports this module: a structural type keeps the import one way)."""
+
+    @property
+    def cache(self) -> MessageCache: ...
+
+    def retention(self) -> Op[RetentionPolicy | None]: ...
+
+    def export(self, out: TextIO, *, conversation_id: str | None = None) -> Op[ExportReport]: ...
 
 __all__ = ["RetentionReport", "SubjectOutcome", "export_path", "run_retention"]
 
@@ -72,7 +83,7 @@ def export_path(export_dir: str | os.PathLike[str], tenant: str, conversation_id
 
 
 def run_retention(
-    ops_for: Callable[[str], Operations],
+    ops_for: Callable[[str], TenantOperations],
     *,
     tenant: str | None,
     export_dir: str | os.PathLike[str] | None,
@@ -124,7 +135,7 @@ def _plan(policy: RetentionPolicy, now: datetime | None) -> Op[RetentionPlan]:
 
 
 def _apply(
-    ops: Operations,
+    ops: TenantOperations,
     plan: RetentionPlan,
     subject: str,
     conversation_ids: list[str],
@@ -164,7 +175,7 @@ def _apply(
     return SubjectOutcome(plan.tenant, subject, conversation_ids, exported, erased=True)
 
 
-def _export(ops: Operations, conversation_id: str, path: Path) -> Program[None]:
+def _export(ops: TenantOperations, conversation_id: str, path: Path) -> Program[None]:
     """Export one conversation to `path`, whole or not at all: written aside, synced,
     renamed into place, and the directory synced. The file work is `Blocking`
     (`AsyncStore` does it in a worker thread)."""
