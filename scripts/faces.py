@@ -47,8 +47,9 @@ def same(*names: str) -> tuple[tuple[str, str], ...]:
     return tuple((name, name) for name in names)
 
 
-STORE = (*same("migrate", "run_retention", "rebuild", "claim_stale_runs", "verify"),)
-STORE_LAST = same("rotate_kek", "check_schema")
+STORE = same(
+    "migrate", "run_retention", "rebuild", "claim_stale_runs", "verify", "rotate_kek", "check_schema"
+)
 LEDGER = same(
     "create_conversation",
     "conversation",
@@ -91,8 +92,7 @@ FACES = [
         ("store/_async.py", "Async", "AsyncConnection | None"),
     )
     for face in (
-        Face(path, f"{prefix}Store", "StoreOperations", "self.execute", STORE + STORE_LAST,
-             connection),
+        Face(path, f"{prefix}Store", "StoreOperations", "self.execute", STORE, connection),
         Face(path, f"{prefix}Ledger", "Operations", "self._store.execute", LEDGER),
         Face(path, f"{prefix}Runs", "Operations", "self._store.execute", RUNS),
         Face(path, f"{prefix}Retention", "Operations", "self._store.execute", RETENTION),
@@ -183,8 +183,6 @@ def method(face: Face, name: str, fn: ast.FunctionDef, source: str, is_async: bo
                 "        )",
             ]
     signature = call(f"{define} {name}", ["self", *args], "    ", f" -> {result}:")
-    if len(signature) > 1:  # a bare `*` carries no trailing comma of its own
-        signature = [line if line.strip() != "*," else line[:-1] + "," for line in signature]
     doc = fn.body[0]
     assert isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant), fn.name
     docstring = ast.get_source_segment(source, doc)

@@ -494,9 +494,7 @@ class AsyncLedger:
             lambda cursor: store.execute(_tail.tail_op(tenant, settings, cursor)),
             start=None if after is None else lambda: store.execute(_tail.start_op(tenant, after)),
             waiter=waiter,
-            after=after,
             settings=settings,
-            stop=settings.stop,
         )
 
     # -- operations: written by scripts/faces.py from their declarations; edit those --
@@ -972,7 +970,7 @@ class AsyncRuns:
     ) -> None:
         """Record a run as failed (or canceled) at `stage`; the head does not move.
 
-        `attention` marks it as needing a person (listed by `runs.list(attention=True)`).
+        `attention` marks it as needing a person (listed by `runs.recent(attention=True)`).
         """
         return await adrive(
             self._ops.fail_run(

@@ -18,11 +18,10 @@ from typing import Any, Literal, TypeVar, get_args
 from sqlalchemy.engine import Connection
 
 from chatledger.store._errors import InvalidInputError
-from chatledger.store._sealing import Program, adrive, drive
+from chatledger.store._sealing import Program, adrive, drive, then
 from chatledger.store._sql import log as _log
 from chatledger.store._sql.audit import (
     Filter,
-    RequestParts,
     lineage,
     list_events,
     model_request,
@@ -217,7 +216,15 @@ class AuditOperations:
             self.tenant,
             fn=lambda c: model_request(c, self.tenant, run_id, number, instructions=instructions),
         )
-        return _rebuilt(op, instructions, context, history_processor)
+        return then(
+            op,
+            lambda parts: recorded_request(
+                parts,
+                instructions=instructions,
+                context=context,
+                history_processor=history_processor,
+            ),
+        )
 
     def tool_executions(
         self,
@@ -300,18 +307,6 @@ class AuditOperations:
             self.tenant,
             fn=lambda c: list_events(c, self.tenant, f, after=after, limit=limit),
         )
-
-
-def _rebuilt(
-    op: Op[RequestParts],
-    instructions: str,
-    context: str,
-    history_processor: HistoryProcessor | None,
-) -> Program[RecordedRequest]:
-    parts: RequestParts = yield op
-    return recorded_request(
-        parts, instructions=instructions, context=context, history_processor=history_processor
-    )
 
 
 class Audit:

@@ -41,7 +41,7 @@ from chatledger.store._crypto import (
 )
 from chatledger.store._errors import ConflictError, EncryptionError, InvalidInputError, SchemaError
 from chatledger.store._retention import RetentionReport, SubjectOutcome, run_retention
-from chatledger.store._sealing import Program
+from chatledger.store._sealing import Program, then
 from chatledger.store._sql import append as _append
 from chatledger.store._sql import entries as _entries
 from chatledger.store._sql import erasure as _erasure
@@ -939,10 +939,9 @@ class Operations:
             write=True,
             fn=lambda c: _erasure.erase(c, self.tenant, subject, reason),
         )
-        return self._forgetting(op)
+        return then(op, self._forgetting)
 
-    def _forgetting(self, op: Op[Erasure]) -> Program[Erasure]:
-        erasure: Erasure = yield op
+    def _forgetting(self, erasure: Erasure) -> Erasure:
         # Opened messages leave this process's memory too (no read would serve
         # them: each checks its keys).
         self.cache.clear()
@@ -968,7 +967,7 @@ class Operations:
             request_count=request_count,
             tool_count=tool_count,
         )
-        return _completed(op)
+        return then(op, completed)
 
     def fail_run(
         self,
@@ -984,7 +983,7 @@ class Operations:
     ) -> Program[None]:
         """Record a run as failed (or canceled) at `stage`; the head does not move.
 
-        `attention` marks it as needing a person (listed by `runs.list(attention=True)`).
+        `attention` marks it as needing a person (listed by `runs.recent(attention=True)`).
         """
         op = self._end_run(
             cursor,
@@ -996,7 +995,7 @@ class Operations:
             tool_count=tool_count,
             attention=attention,
         )
-        return _ended(op)
+        return then(op, lambda _: None)
 
     def _end_run(
         self, cursor: RunCursor, status: RunStatus, **options: Any
@@ -1273,19 +1272,24 @@ class StoreOperations:
         backups too (docs/erasure.md, "Rotating the key-encryption key").
         Keys already under `new` are left as they are, so a repeat is a no-op.
         """
+        target = kek_for(new)
         sealer = self.sealer
         if sealer is None:
             raise EncryptionError(
                 "Rotating the key-encryption key needs the current one: open the store with "
                 "it (Store.open(kek=...) or CHATLEDGER_KEK), and pass the new one."
             )
-        target = kek_for(new)
         op = Op(
             "re-wrapping the data keys under a new key-encryption key",
             write=True,
             fn=lambda c: _keys.rewrap(c, sealer.unwrap_under, target),
         )
-        return _rekeying(op, sealer, target)
+
+        def rekeyed(count: int) -> int:
+            sealer.rekey(target)  # this store (and its ledgers) seals under `new` now
+            return count
+
+        return then(op, rekeyed)
 
     def check_schema(self) -> Op[None]:
         """Raise `SchemaError` unless the database is at this package's head revision."""
@@ -1338,12 +1342,6 @@ class StoreOperations:
         this process, independent of the server's own functions).
         """
         return _verify_op(None, progress, recompute)
-
-
-def _rekeying(op: Op[int], sealer: Sealer, target: KeyEncryptionKey) -> Program[int]:
-    count: int = yield op
-    sealer.rekey(target)  # this store (and its ledgers) seals under `new` now
-    return count
 
 
 def _verify_op(
@@ -1441,21 +1439,14 @@ def _as_message(value: Message | dict[str, Any]) -> Message:
     return value if isinstance(value, Message) else load_message(value)
 
 
-def _completed(
-    op: Op[tuple[Conversation | None, ConflictError | None]],
-) -> Program[Conversation]:
+def completed(result: tuple[Conversation | None, ConflictError | None]) -> Conversation:
     """The conversation a completed run moved the head of, or the run's conflict, raised.
 
     Raised here, after the transaction committed, because the transaction
     that finds the conflict also records the run as failed at stage `conflict`.
     """
-    result: tuple[Conversation | None, ConflictError | None] = yield op
     conversation, conflict = result
     if conflict is not None:
         raise conflict
     assert conversation is not None
     return conversation
-
-
-def _ended(op: Op[Any]) -> Program[None]:
-    yield op

@@ -37,7 +37,16 @@ from chatledger.store._sql import keys as _keys
 from chatledger.store._sql.ops import Op, Sealing
 from chatledger.store.ids import new_id
 
-__all__ = ["Blocking", "Program", "adrive", "drive", "needs_opening", "opening", "preparing"]
+__all__ = [
+    "Blocking",
+    "Program",
+    "adrive",
+    "drive",
+    "needs_opening",
+    "opening",
+    "preparing",
+    "then",
+]
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -54,6 +63,14 @@ class Blocking(Generic[T]):
 
 Program = Generator["Op[Any] | Blocking[Any]", Any, T]
 """Yields the steps it needs run, receives each one's result, returns its own."""
+
+
+def then(op: Op[T], after: Callable[[T], U]) -> Program[U]:
+    """`op`, then `after` of its result: work an operation needs done in this process
+    once its transaction has ended (a conflict raised after its commit, a cache
+    cleared, a result rebuilt)."""
+    done: T = yield op
+    return after(done)
 
 
 def drive(program: Program[T], execute: Callable[[Op[Any]], Any]) -> T:

@@ -426,9 +426,7 @@ class Ledger:
         return _tail.tail(
             lambda cursor: store.execute(_tail.tail_op(tenant, settings, cursor)),
             waiter=waiter,
-            after=settings.after,
             settings=settings,
-            stop=settings.stop,
         )
 
     # -- operations: written by scripts/faces.py from their declarations; edit those --
@@ -902,7 +900,7 @@ class Runs:
     ) -> None:
         """Record a run as failed (or canceled) at `stage`; the head does not move.
 
-        `attention` marks it as needing a person (listed by `runs.list(attention=True)`).
+        `attention` marks it as needing a person (listed by `runs.recent(attention=True)`).
         """
         return drive(
             self._ops.fail_run(

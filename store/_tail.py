@@ -181,11 +181,10 @@ def tail(
     read: Callable[[str | None], Page[Event]],
     *,
     waiter: Waiter,
-    after: str | None,
     settings: TailSettings,
-    stop: Stop | None,
 ) -> Iterator[Page[Event]]:
-    """Pages of new events from `after` on; see `Ledger.tail`."""
+    """Pages of new events from `settings.after` on; see `Ledger.tail`."""
+    after, stop = settings.after, settings.stop
     try:
         if settings.follow:
             waiter.wait(0)  # listening (or the data version noted) before the first read
@@ -216,13 +215,12 @@ async def async_tail(
     *,
     start: Callable[[], Awaitable[None]] | None,
     waiter: AsyncPostgresWaiter | SqliteWaiter,
-    after: str | None,
     settings: TailSettings,
-    stop: Stop | None,
 ) -> AsyncIterator[Page[Event]]:
     """`tail` for `AsyncLedger.tail`: `read` is a coroutine function; cancel the
     consuming task to stop following. `start` (`start_op`, which the call
     cannot await) runs first, before anything else is read or waited for."""
+    after, stop = settings.after, settings.stop
     wait: Callable[[float], Awaitable[bool]]
     if isinstance(waiter, SqliteWaiter):
         sqlite_waiter = waiter
