@@ -9,16 +9,16 @@ one call each in turn, each on a connection of its own to the same database:
 
 - raw: psycopg INSERT + COMMIT of the message into one table with one index
   (bench_store's raw side; `--batch 10`: ten rows by `executemany`);
-- full statement: chatledger's full append statement (store/_sql/append.py
-  `_APPEND`: lock the conversation row, check the head, insert the events,
-  chain their hashes, insert the head view rows, move the head), issued
+- full statement: chatledger's append when the store does not know the head
+  (store/_sql/append.py, the `read` form: the head read and checked, then the
+  writer's one statement, which moves the head only if it is still there and
+  inserts the events, hashed in the client, and their view rows), issued
   straight through psycopg in autocommit mode with the payloads serialized
-  once: what an append pays when the store does not know the head (the first
-  append to a conversation, or one after another writer's);
-- statement at the known head: the statement an append runs at the head the
-  store's last append left (`_APPEND_AT_HEAD`, ADR 0029: the hashes chained in
-  the client, the head moved only if it is still there), the payloads
-  serialized once: what the chat loop pays before doing anything else;
+  once: what an append pays for the first append to a conversation, or one
+  after another writer's;
+- statement at the known head: the same writer at the head the store's last
+  append left (the `kept` form, ADR 0029: no read), the payloads serialized
+  once: what the chat loop pays before doing anything else;
 - least work: that statement plus what no implementation can skip on the
   client (build each message's event and serialize it), as plain code;
 - chatledger: `Ledger.append_messages`.
@@ -89,16 +89,8 @@ def statement(
         else:
             encoded = [ready[i] for i in picked]
         with conn.cursor() as cur:
-            done = _append.append_postgres(
-                cur,
-                TENANT,
-                conversation,
-                encoded,
-                expected=None,
-                run_id=None,
-                idempotency_key=None,
-                heads=heads,
-            )
+            turn = _append.Turn(TENANT, conversation, encoded)
+            done = _append.in_place(cur, _append.POSTGRES, turn, heads=heads)
         assert done is not None, "the append statement wrote nothing"
 
     return append

@@ -13,7 +13,6 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from functools import partial
 from typing import Any, TextIO, TypeVar, get_args
 
 from sqlalchemy.engine import Connection
@@ -195,10 +194,6 @@ class Operations:
         # append to the conversation to chain on (`HeadCache`); every other
         # write that moves a head forgets it, so that append need not miss first.
         self._heads = heads
-        self._append_postgres: _append.Append = partial(_append.append_postgres, heads=heads)
-        self._create_append_postgres: _append.CreateAppend = partial(
-            _append.create_append_postgres, heads=heads
-        )
 
     def _op(self, action: str, **fields: Any) -> Op[Any]:
         """An `Op` of this tenant: sealed content in its result opens only with this
@@ -489,111 +484,57 @@ class Operations:
         if state is not None and state_text is not None:  # the last event (or the only one)
             clear.append(_entries.state_changed(state, state_text))
         tenant = self.tenant
-        # The fast forms append at the head; a turn after another position,
-        # or an expected head named by branch, goes through the general path.
-        at_position = expected.position if isinstance(expected, Position) else expected
-        at_branch = expected.branch_id if isinstance(expected, Position) else None
-        plain = after is None
-        if not plain:
+        if after is not None:
             self._moving_head(conversation_id)  # the general path appends after a position
 
         def build(seal: Seal) -> Op[Appended]:
-            # Refused on every form alike (a fast form would write without a key).
+            # Refused on every form alike (a form would write without a key).
             seal = _subject_needs(subject, seal)
-            encoded = seal.events(clear)
-            # A sealed creation goes through the general path (its key is
-            # written there), so only a clear root is ever written here.
-            sealed_root = None if seal.sealed else root
+            turn = _append.Turn(
+                tenant,
+                conversation_id,
+                seal.events(clear),
+                run_id=run_id,
+                key=idempotency_key,
+                named=minted,
+                state=state_text,
+                expected=expected.position if isinstance(expected, Position) else expected,
+                expected_branch=expected.branch_id if isinstance(expected, Position) else None,
+                expected_state=expected_state,
+                sealed=seal.sealed,
+                # A sealed creation goes through the general path (its key is
+                # written there), so only a clear root is ever written in place.
+                root=None if seal.sealed else root,
+            )
             # A key minted for a new subject is written by the general path,
             # which also refuses the append when another writer created the
-            # conversation (and its key) first.
+            # conversation (and its key) first; and so is a turn after a position.
             minting = seal.new_key is not None
+            general = not _append.plan(turn, None, after=after is not None, minting=minting)
+
+            def forms(
+                dialect: _append.Dialect, heads: HeadCache | None
+            ) -> Callable[[Any], Appended | None] | None:
+                if general:
+                    return None
+
+                def attempt(cursor: Any) -> Appended | None:
+                    done = _append.in_place(cursor, dialect, turn, heads=heads)
+                    # The result carries the clear payloads (the caller's own, as
+                    # opening the sealed ones would give), so it needs no opening.
+                    return None if done is None else _append.appended(turn, done, texts=clear)
+
+                return attempt
+
             return self._op(
                 f"appending to conversation '{conversation_id}'",
                 write=True,
-                postgres=None
-                if minting
-                else in_place(
-                    encoded,
-                    seal,
-                    sealed_root,
-                    self._append_postgres,
-                    self._create_append_postgres,
-                ),
-                sqlite=None
-                if minting
-                else in_place(
-                    encoded, seal, sealed_root, _append.append_sqlite, _append.create_append_sqlite
-                ),
+                postgres=forms(_append.POSTGRES, self._heads),
+                sqlite=forms(_append.SQLITE, None),
                 fn=lambda c: _append.append_messages(
-                    c,
-                    self.tenant,
-                    conversation_id,
-                    encoded,
-                    expected=expected,
-                    run_id=run_id,
-                    idempotency_key=idempotency_key,
-                    create=create,
-                    metadata=metadata,
-                    after=after,
-                    ids=minted,
-                    state=state_text,
-                    expected_state=expected_state,
-                    seal=seal,
+                    c, turn, create=create, metadata=metadata, after=after, seal=seal
                 ),
             )
-
-        def in_place(
-            encoded: list[tuple[NewEvent, str]],
-            seal: Seal,
-            root: tuple[str, str] | None,
-            append: _append.Append,
-            create_append: _append.CreateAppend,
-        ) -> Callable[[Any], Appended | None] | None:
-            if not encoded or not plain:  # nothing to write, or after a position
-                return None
-
-            def attempt(handle: Any) -> Appended | None:
-                done = None
-                # The create-append form goes first: with `create`, the
-                # conversation is likely new. Unless `expected` refuses a new
-                # one (its head is at 1): the general path then says so.
-                # A sealed creation writes its key too: the general path.
-                fresh = (
-                    minted is None and state is None and expected_state is None and not seal.sealed
-                )
-                if root is not None and expected in (None, 1) and fresh:
-                    done = create_append(
-                        handle,
-                        tenant,
-                        conversation_id,
-                        root,
-                        encoded,
-                        run_id=run_id,
-                        idempotency_key=idempotency_key,
-                    )
-                if done is None:
-                    done = append(
-                        handle,
-                        tenant,
-                        conversation_id,
-                        encoded,
-                        expected=at_position,
-                        expected_branch=at_branch,
-                        run_id=run_id,
-                        idempotency_key=idempotency_key,
-                        named=minted,
-                        state=state_text,
-                        expected_state=expected_state,
-                        sealed=seal.sealed,
-                    )
-                # The result carries the clear payloads (the caller's own, as
-                # opening the sealed ones would give), so it needs no opening.
-                return _append.appended_in_place(
-                    conversation_id, done, clear, run_id, idempotency_key
-                )
-
-            return attempt
 
         op = replace(
             build(PLAIN),

@@ -1,40 +1,41 @@
-"""The append: the general path, and the chat-loop fast paths pinned to it.
+"""The append: every form of it, one plan choosing among them, and one writer.
 
-The common append continues the head's branch in place: lock the
-conversation row, check the head is open (and where the caller expected it,
-and the idempotency key unused), insert the events, add them to the head
-view and move the head. The general path (`append_messages`) does this
-and every other case with SQLAlchemy Core; the fast paths (`append_postgres`,
-`append_sqlite`) do only the common case, in plain SQL prepared once:
+An append continues the head's branch in place: check the head is open (and
+where the caller expected it, the idempotency key unused, the caller's ids
+free, the state as expected), insert the events, add their view entries and
+caller ids, and move the head. `plan` decides, from the options alone and the
+head this store's last append to the conversation left, which forms to try:
 
-- on Postgres, each statement is a network round trip, so the five steps are
-  one statement of data-modifying CTEs, run in autocommit mode (a single
-  statement is atomic by itself): one round trip per append. At the head the
-  store's last append to the conversation left, a shorter statement that
-  moves that head only if it is still there (ADR 0029); when it is not, that
-  statement writes nothing and the full one follows;
-- on SQLite, statements cost microseconds in-process but SQLAlchemy's
-  connection and expression machinery costs more than executing them, so the
-  steps are plain SQL on a DB-API cursor inside the caller's
-  `BEGIN IMMEDIATE` transaction (`Store.execute` opens it on the pooled
-  driver connection directly).
+- `create`: a new conversation and its first events, hashed from genesis;
+- `kept`: straight at the head kept (`HeadCache`): no read at all;
+- `read`: at the head read now (`read_postgres`, `read_sqlite`), checked
+  against every option in the client (`head_for`).
 
-When the common case does not apply, nothing is written (on SQLite the
-transaction is rolled back) and None is returned; the general path then
-decides in a transaction of its own, reading everything afresh. The
-conformance suite runs twice: as shipped, and with the fast paths off
-(`Store.open(..., fast_paths=False)`), so both paths answer to the same tests.
+The last two go through one writer per dialect (`write_postgres`: one
+statement of data-modifying CTEs, run alone in autocommit mode, so one round
+trip; `write_sqlite`: plain SQL on the driver's cursor inside the caller's
+`BEGIN IMMEDIATE`), which moves the head by compare-and-set and writes nothing
+when another writer moved it. When every form declines, nothing is written
+(on SQLite the transaction is rolled back) and the general path
+(`append_messages`) decides every case in a transaction of its own, reading
+everything afresh with SQLAlchemy: creating the conversation, replaying a key,
+raising what an option refuses, opening a branch, moving the view after
+another position. Then it writes through the same writer.
+
+Every hash is chained in the client (`chain.chained`). The conformance suite
+runs twice, as shipped and with the forms off (`Store.open(...,
+fast_paths=False)`), and tests/store/test_append_differential.py drives random
+mixes of the options through both and compares the rows.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import lru_cache
-from hashlib import sha256
-from typing import Any, Protocol
+from typing import Any, Literal
 
 import sqlalchemy as sa
 from psycopg.errors import UniqueViolation
@@ -47,190 +48,284 @@ from chatledger.store._crypto import PLAIN, Seal, is_sealed, open_text, split_se
 from chatledger.store._errors import ConflictError, InvalidInputError, NotFoundError
 from chatledger.store._sql import chain as _chain
 from chatledger.store._sql import entries as _entries
-from chatledger.store._sql.dialect import sqlite_clock, sqlite_time
+from chatledger.store._sql import keys as _keys
+from chatledger.store._sql import projector
+from chatledger.store._sql.dialect import is_sqlite, on_cursor, sqlite_clock, sqlite_time
 from chatledger.store._sql.log import (
     create_branch,
     create_conversation_event,
     event_from_row,
     get_conversation,
-    insert_events,
+    previous_hash,
     resolve_position,
-    set_head,
     utc,
 )
 from chatledger.store._sql.projector import head_is_open
 from chatledger.store._sql.translate import key_name
 from chatledger.store._values import Appended, BranchReason, Conversation, Event, NewEvent, Position
 from chatledger.store.ids import new_id
-from chatledger.store.schema import events
+from chatledger.store.schema import conversations, events
 
 __all__ = [
-    "Append",
-    "CreateAppend",
-    "InPlace",
+    "POSTGRES",
+    "SQLITE",
+    "At",
+    "Dialect",
+    "Head",
+    "Turn",
+    "Written",
     "append_messages",
-    "append_postgres",
-    "append_sqlite",
-    "appended_in_place",
+    "appended",
     "check_append_options",
     "check_expected",
-    "create_append_postgres",
-    "create_append_sqlite",
     "create_conversation_postgres",
     "create_conversation_sqlite",
-    "event_ids",
+    "in_place",
     "key_conflict",
     "keyed_event",
+    "plan",
     "same_content",
 ]
 
-_APPEND = """
-WITH RECURSIVE c AS (
-    SELECT id, head_branch_id, head_position, head_open, head_hash, state, subject, erased_at
-    FROM chatledger_conversations
-    WHERE id = %(cid)s AND tenant = %(tenant)s
-    FOR UPDATE
-), ok AS (
-    SELECT id, head_branch_id, head_position, head_hash FROM c
-    WHERE head_open
-      -- Sealed content only into a sealed conversation, and nothing into an
-      -- erased one: otherwise the general path says what is wrong.
-      AND erased_at IS NULL AND (subject IS NOT NULL) = %(sealed)s
-      AND (%(expected)s::int IS NULL OR head_position = %(expected)s::int)
-      AND (%(expected_branch)s::uuid IS NULL OR head_branch_id = %(expected_branch)s::uuid)
-      AND (%(key)s::text IS NULL OR NOT EXISTS (
-          SELECT 1 FROM chatledger_events k
-          WHERE k.conversation_id = %(cid)s AND k.idempotency_key = %(key)s::text))
-      -- The state's compare-and-set: each expected field holds its value (null:
-      -- absent). A state holding \\u0000, which jsonb refuses, declines: the
-      -- general path decides.
-      AND CASE WHEN %(expected_state)s::jsonb IS NULL THEN true
-               WHEN strpos(c.state, '\\u0000') > 0 THEN false
-               ELSE NOT EXISTS (
-                   SELECT 1 FROM jsonb_each(%(expected_state)s::jsonb) e
-                   WHERE coalesce(c.state::jsonb -> e.key, 'null'::jsonb) <> e.value) END
-      AND (%(named)s::uuid[] IS NULL OR NOT EXISTS (
-          SELECT 1 FROM chatledger_event_ids x WHERE x.id = ANY(%(named)s::uuid[])))
-), new AS (
-    -- The arrays in binary: in text, psycopg escapes each element with a regular expression.
-    SELECT * FROM unnest(%(ids)b::text[]::uuid[], %(kinds)b::text[], %(origins)b::text[],
-                         %(payloads)b::text[]) WITH ORDINALITY AS n(id, kind, origin, payload, ord)
-), chain (ord, hash) AS (
-    SELECT 0::bigint, ok.head_hash FROM ok
-    UNION ALL
-    SELECT new.ord, sha256(chain.hash || {content})
-    FROM chain JOIN new ON new.ord = chain.ord + 1 CROSS JOIN ok
-), ins AS (
-    INSERT INTO chatledger_events (id, conversation_id, branch_id, position, run_id, kind,
-                                   origin, head, recorded_at, idempotency_key, payload, hash)
-    SELECT new.id, ok.id, ok.head_branch_id, ok.head_position + new.ord::int, %(run_id)s::uuid,
-           new.kind, new.origin, new.ord = %(count)s, clock_timestamp(),
-           CASE WHEN new.ord = 1 THEN %(key)s::text END, new.payload, chain.hash
-    FROM ok CROSS JOIN new JOIN chain ON chain.ord = new.ord
-    ORDER BY new.ord
-    RETURNING id, seq, position, kind, recorded_at, hash
-), view AS (
-    INSERT INTO chatledger_view_entries (conversation_id, position, event_seq)
-    SELECT %(cid)s, position, seq FROM ins WHERE kind = 'message.recorded'
-), named AS (
-    INSERT INTO chatledger_event_ids (id, conversation_id, event_seq)
-    SELECT id, %(cid)s, seq FROM ins WHERE id = ANY(%(named)s::uuid[])
-), moved AS (
-    UPDATE chatledger_conversations AS t
-    SET head_position = ok.head_position + %(count)s, head_open = true,
-        head_hash = (SELECT hash FROM chain WHERE ord = %(count)s),
-        state = coalesce(%(state)s::text, t.state)
-    FROM ok WHERE t.id = ok.id
-)
-SELECT c.head_branch_id, c.head_position, ins.seq, ins.position, ins.recorded_at, ins.kind,
-       ins.hash
-FROM c LEFT JOIN ins ON true
-ORDER BY ins.position
-""".replace(
-    "{content}",
-    _chain.content_sql(
-        id="new.id",
-        conversation_id="ok.id",
-        branch_id="ok.head_branch_id",
-        position="ok.head_position + new.ord::int",
-        run_id="%(run_id)s::uuid",
-        kind="new.kind",
-        origin="new.origin",
-        head="new.ord = %(count)s",
-        idempotency_key="CASE WHEN new.ord = 1 THEN %(key)s::text END",
-        payload="new.payload",
-    ),
-)
-
 
 @dataclass(frozen=True)
-class InPlace:
-    """What the in-place append wrote: ids and (seq, position, recorded_at, hash) per event."""
+class Written:
+    """What a form wrote: ids and (seq, position, recorded_at, hash) per event."""
 
     branch_id: str
     ids: list[str]
     written: list[tuple[int, int, datetime, bytes]]
     created: Event | None = None
-    """The `conversation.created` event, when the append created the conversation."""
+    """The `conversation.created` event, when the form created the conversation."""
 
 
-_RACED = frozenset({"pk_chatledger_event_ids", "ix_chatledger_events_idempotency"})
-"""Unique keys a concurrent append can take between the fast statement's check and insert."""
+Head = tuple[str, int, bytes]
+"""Where an append goes at a conversation's head: its branch, position and hash."""
 
-# The append at a head known from this store's last append to the
-# conversation (`HeadCache`): the client chains the events' hashes from that
-# head's hash, and the statement moves the head only if it is still that one
-# (branch, position and hash, open, not erased, of the tenant, sealed as the
-# content is), which also locks the row; the events and their view entries
-# are inserted only when it moved. No row: nothing written, and `_APPEND`
-# decides. The server neither reads the head first nor hashes: a third less
-# of its CPU than `_APPEND` for a chat turn (ADR 0029).
-_AT_HEAD = """
+
+@dataclass(frozen=True)
+class Turn:
+    """One append's checked inputs, as every form writes them."""
+
+    tenant: str
+    conversation_id: str
+    encoded: Sequence[tuple[NewEvent, str]]
+    run_id: str | None = None
+    key: str | None = None
+    named: Sequence[str] | None = None
+    """The caller's ids of the first events (`ids`)."""
+    state: str | None = None
+    """The new state's stored text (its `state.changed` event ends `encoded`)."""
+    expected: int | None = None
+    expected_branch: str | None = None
+    expected_state: Mapping[str, Any] | None = None
+    sealed: bool | None = False
+    """Whether the content is sealed, which the conversation must be as well (None:
+    the general path has checked it)."""
+    root: tuple[str, str] | None = None
+    """`encode_root`'s (metadata text, created payload) of a conversation the append
+    may create (`create`, in the clear)."""
+
+
+@dataclass(frozen=True)
+class At:
+    """Where the writer puts a turn: the head it must find still there (branch,
+    position, hash and whether it is open: a compare-and-set, which also takes the
+    row's lock), and the branch, position and hash the turn continues (the head's,
+    unless the general path opened a branch or appends after another position)."""
+
+    seen: tuple[str, int, bytes, bool]
+    branch_id: str
+    start: int
+    previous: bytes
+
+    @classmethod
+    def head(cls, head: Head) -> At:
+        return cls((*head, True), head[0], head[1], head[2])
+
+
+Form = Literal["create", "kept", "read"]
+
+
+def plan(
+    turn: Turn, kept: Head | None, *, after: bool = False, minting: bool = False
+) -> tuple[Form, ...]:
+    """The forms `turn` tries, in order, before the general path (which decides
+    every case the forms decline, reading everything afresh), given the head this
+    store's last append to the conversation left (`kept`):
+
+    - `create`: a new conversation and its first events (`create` with a root in
+      the clear), for an append with no caller ids, state or expected state, in
+      the clear, whose `expected` admits a new head (1);
+    - `kept`: at the head kept, which `expected` must name, with no state to compare;
+    - `read`: at the head read now, checked against every option (`head_for`).
+
+    None at all when the turn writes nothing, goes after another position
+    (`after`, which may open a branch), or mints its subject's key (`minting`):
+    the general path's.
+    """
+    if not turn.encoded or after or minting:
+        return ()
+    expected = turn.expected
+    forms: list[Form] = []
+    if (
+        turn.root is not None
+        and turn.named is None
+        and turn.state is None
+        and turn.expected_state is None
+        and not turn.sealed
+        and expected in (None, 1)
+    ):
+        forms.append("create")
+    if (
+        kept is not None
+        and turn.expected_state is None
+        and expected in (None, kept[1])
+        and turn.expected_branch in (None, kept[0])
+    ):
+        forms.append("kept")
+    forms.append("read")
+    return tuple(forms)
+
+
+def head_for(turn: Turn, found: Sequence[Any] | None) -> Head | None:
+    """The head `turn` goes at, from the conversation's row as a read form finds it
+    (branch, position, open, hash, state, sealed, live, key used, an id taken), or
+    None when an option refuses it there: the general path then says why."""
+    if found is None:
+        return None
+    branch_id, position, is_open, head_hash, state, sealed, live, key_used, taken = found
+    branch_id = str(branch_id)
+    if not is_open or not live or bool(sealed) != turn.sealed or key_used or taken:
+        return None
+    if turn.expected is not None and position != turn.expected:
+        return None
+    if turn.expected_branch is not None and branch_id != turn.expected_branch:
+        return None
+    if turn.expected_state is not None and _entries.changed_fields(
+        json.loads(state), turn.expected_state
+    ):
+        return None
+    return branch_id, position, bytes(head_hash)
+
+
+# -- the writer: every append's events, view entries, caller ids and head ----------
+#
+# One statement on Postgres (data-modifying CTEs: it runs alone in autocommit
+# mode, or inside the general path's transaction), plain SQL on SQLite (inside
+# the caller's `BEGIN IMMEDIATE`, or the general path's transaction). The head
+# moves first, by compare-and-set on the head it must still find: nothing is
+# written when another writer moved it (None). The hashes are chained here,
+# in the client, from `At.previous` (`chain.chained`): the database never hashes.
+
+_WRITE_POSTGRES = """
 WITH moved AS (
     UPDATE chatledger_conversations
-    SET head_position = %(last)s, head_hash = %(hash)s
-    WHERE id = %(cid)s::uuid AND tenant = %(tenant)s AND head_open AND erased_at IS NULL
-      AND (subject IS NOT NULL) = %(sealed)s AND head_branch_id = %(branch)s::uuid
-      AND head_position = %(position)s AND head_hash = %(previous)s
+    SET head_branch_id = %(branch)s::uuid, head_position = %(last)s, head_open = true,
+        head_hash = %(hash)s, state = coalesce(%(state)s::text, state)
+    WHERE id = %(cid)s::uuid AND tenant = %(tenant)s AND erased_at IS NULL
+      AND (%(sealed)s::bool IS NULL OR (subject IS NOT NULL) = %(sealed)s::bool)
+      AND head_branch_id = %(seen_branch)s::uuid AND head_position = %(seen_position)s
+      AND head_hash = %(seen_hash)s AND head_open = %(seen_open)s
     RETURNING id
 ), ins AS (
     INSERT INTO chatledger_events (id, conversation_id, branch_id, position, run_id, kind,
                                    origin, head, recorded_at, idempotency_key, payload, hash)
     {rows}
-    RETURNING seq, position, kind, recorded_at
+    RETURNING id, seq, position, kind, recorded_at
 ), view AS (
     INSERT INTO chatledger_view_entries (conversation_id, position, event_seq)
     SELECT %(cid)s::uuid, position, seq FROM ins WHERE kind = 'message.recorded'
-)
+){named}
 SELECT seq, position, recorded_at FROM ins ORDER BY position
 """
-_APPEND_AT_HEAD = _AT_HEAD.format(
-    rows="""SELECT n.id::uuid, moved.id, %(branch)s::uuid, %(position)s + n.ord::int,
-           %(run_id)s::uuid, %(kind)s, %(origin)s, n.ord = %(count)s, clock_timestamp(), NULL,
-           n.payload, n.hash
-    FROM moved CROSS JOIN unnest(%(ids)b::text[], %(payloads)b::text[], %(hashes)b::bytea[])
-         WITH ORDINALITY AS n(id, payload, hash, ord)
+_ROWS = """SELECT n.id::uuid, moved.id, %(branch)s::uuid, %(start)s + n.ord::int, %(run_id)s::uuid,
+           n.kind, n.origin, n.ord = %(count)s, clock_timestamp(),
+           CASE WHEN n.ord = 1 THEN %(key)s::text END, n.payload, n.hash
+    FROM moved CROSS JOIN unnest(%(ids)b::text[], %(kinds)b::text[], %(origins)b::text[],
+                                 %(payloads)b::text[], %(hashes)b::bytea[])
+         WITH ORDINALITY AS n(id, kind, origin, payload, hash, ord)
     ORDER BY n.ord"""
-)
-# One message, the chat turn: scalars, which psycopg sends without building arrays.
-_APPEND_ONE_AT_HEAD = _AT_HEAD.format(
-    rows="""SELECT %(id)s::uuid, moved.id, %(branch)s::uuid, %(last)s, %(run_id)s::uuid,
-           %(kind)s, %(origin)s, true, clock_timestamp(), NULL, %(payload)s, %(hash)s
+# One event, the chat turn: scalars, which psycopg sends without building arrays.
+_ONE_ROW = """SELECT %(id)s::uuid, moved.id, %(branch)s::uuid, %(last)s, %(run_id)s::uuid,
+           %(kind)s, %(origin)s, true, clock_timestamp(), %(key)s::text, %(payload)s, %(hash)s
     FROM moved"""
-)
+_NAMED = """, named AS (
+    INSERT INTO chatledger_event_ids (id, conversation_id, event_seq)
+    SELECT id, %(cid)s::uuid, seq FROM ins WHERE id = ANY(%(named)s::uuid[])
+)"""
+_WRITES_POSTGRES = {
+    (one, named): _WRITE_POSTGRES.format(
+        rows=_ONE_ROW if one else _ROWS, named=_NAMED if named else ""
+    )
+    for one in (True, False)
+    for named in (True, False)
+}
 
-_SQLITE_HEAD = (
-    "SELECT head_branch_id, head_position, head_open, head_hash, state, "
-    "subject IS NOT NULL, erased_at IS NULL "
-    "FROM chatledger_conversations WHERE id = ? AND tenant = ?"
+_RACED = frozenset({"pk_chatledger_event_ids", "ix_chatledger_events_idempotency"})
+"""Unique keys a concurrent append can take between a read form's check and the write."""
+
+
+def write_postgres(cursor: Any, turn: Turn, at: At) -> Written | None:
+    """`turn` written at `at` by one statement on `cursor`, or None having written
+    nothing (the head moved). A caller id or the idempotency key taken meanwhile
+    by a concurrent append is None too on an autocommit cursor (the statement
+    failed whole); in a transaction, the caller handles it."""
+    encoded, cid = turn.encoded, turn.conversation_id
+    ids = event_ids(turn.named, len(encoded))
+    hashes = chained(at, ids, turn)
+    last = at.start + len(encoded)
+    branch, position, seen_hash, seen_open = at.seen
+    params: dict[str, Any] = {
+        "cid": cid,
+        "tenant": turn.tenant,
+        "sealed": turn.sealed,
+        "seen_branch": branch,
+        "seen_position": position,
+        "seen_hash": seen_hash,
+        "seen_open": seen_open,
+        "branch": at.branch_id,
+        "last": last,
+        "hash": hashes[-1],
+        "state": turn.state,
+        "run_id": turn.run_id,
+        "key": turn.key,
+        "named": None if turn.named is None else list(turn.named),
+    }
+    one = len(encoded) == 1
+    if one:
+        (item, text) = encoded[0]
+        params.update(id=ids[0], kind=item.kind, origin=item.origin, payload=text, hash=hashes[0])
+    else:
+        params.update(
+            start=at.start,
+            count=len(encoded),
+            ids=ids,
+            kinds=[item.kind for item, _ in encoded],
+            origins=[item.origin for item, _ in encoded],
+            payloads=[text for _, text in encoded],
+            hashes=hashes,
+        )
+    try:
+        cursor.execute(_WRITES_POSTGRES[one, bool(turn.named)], params)
+    except UniqueViolation as error:
+        if cursor.connection.autocommit and key_name(error.diag.constraint_name) in _RACED:
+            return None
+        raise
+    rows = cursor.fetchall()  # (seq, position, recorded_at) per event
+    if not rows:
+        return None
+    return Written(
+        at.branch_id, ids, [(r[0], r[1], r[2], h) for r, h in zip(rows, hashes, strict=True)]
+    )
+
+
+_SQLITE_MOVE = (
+    "UPDATE chatledger_conversations SET head_branch_id = ?, head_position = ?, head_open = 1, "
+    "head_hash = ?, state = coalesce(?, state) WHERE id = ? AND tenant = ? AND erased_at IS NULL "
+    "AND (? IS NULL OR (subject IS NOT NULL) = ?) AND head_branch_id = ? AND head_position = ? "
+    "AND head_hash = ? AND head_open = ?"
 )
-_SQLITE_NAMED = "INSERT INTO chatledger_event_ids (id, conversation_id, event_seq) VALUES {values}"
-_SQLITE_NAMED_TAKEN = "SELECT 1 FROM chatledger_event_ids WHERE id IN ({ids}) LIMIT 1"
-_SQLITE_MOVE_STATE = (
-    "UPDATE chatledger_conversations SET head_position = ?, head_open = 1, head_hash = ?, "
-    "state = ? WHERE id = ?"
-)
-_SQLITE_KEY = "SELECT 1 FROM chatledger_events WHERE conversation_id = ? AND idempotency_key = ?"
 _SQLITE_INSERT = (
     "INSERT INTO chatledger_events (id, conversation_id, branch_id, position, run_id, kind, "
     "origin, head, recorded_at, idempotency_key, payload, hash) VALUES {values}"
@@ -239,226 +334,7 @@ _SQLITE_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _SQLITE_VIEW = (
     "INSERT INTO chatledger_view_entries (conversation_id, position, event_seq) VALUES {values}"
 )
-_SQLITE_MOVE = (
-    "UPDATE chatledger_conversations SET head_position = ?, head_open = 1, head_hash = ? "
-    "WHERE id = ?"
-)
-
-
-def append_postgres(
-    cursor: Any,
-    tenant: str,
-    conversation_id: str,
-    encoded: Sequence[tuple[NewEvent, str]],
-    *,
-    expected: int | None,
-    run_id: str | None,
-    idempotency_key: str | None,
-    named: Sequence[str] | None = None,
-    state: str | None = None,
-    expected_state: Mapping[str, Any] | None = None,
-    expected_branch: str | None = None,
-    sealed: bool = False,
-    heads: HeadCache | None = None,
-) -> InPlace | None:
-    """Append in place as one statement on an autocommit DB-API cursor, or
-    return None having written nothing.
-
-    Raises nothing for a missing conversation: the general path that follows
-    reports it. `named`, `state` and `expected_state` are those of the general
-    path (`ids`, `state`, `expected_state`); `expected_branch` is the branch of
-    an expected `Position`. With `heads`, a plain append (no key, ids or state)
-    first tries the head this store's last append left (`_APPEND_AT_HEAD`; a
-    second statement follows when that head moved), and every append that
-    writes leaves its head there.
-    """
-    plain = idempotency_key is None and named is None and state is None
-    if heads is not None and plain and _uniform(encoded):
-        known = heads.get(tenant, conversation_id)
-        if (
-            known is not None
-            and expected_state is None
-            and expected in (None, known[1])
-            and expected_branch in (None, known[0])
-        ):
-            done = _append_at_head(cursor, tenant, conversation_id, encoded, known, run_id, sealed)
-            if done is not None:
-                return _kept(heads, tenant, conversation_id, done)
-            heads.forget(tenant, conversation_id)
-    expected_text = None if expected_state is None else json.dumps(dict(expected_state))
-    if expected_text is not None and "\\u0000" in expected_text:
-        return None  # jsonb refuses \u0000: the general path compares it
-    ids = event_ids(named, len(encoded))
-    try:
-        cursor.execute(
-            _APPEND,
-            {
-                "cid": conversation_id,
-                "tenant": tenant,
-                "expected": expected,
-                "expected_branch": expected_branch,
-                "key": idempotency_key,
-                "expected_state": expected_text,
-                "named": None if named is None else list(named),
-                "state": state,
-                "ids": ids,
-                "kinds": [item.kind for item, _ in encoded],
-                "origins": [item.origin for item, _ in encoded],
-                "payloads": [text for _, text in encoded],
-                "run_id": run_id,
-                "count": len(encoded),
-                "sealed": sealed,
-            },
-        )
-    except UniqueViolation as error:
-        # A concurrent append took one of the caller's ids or the idempotency
-        # key after this statement's snapshot: it wrote nothing; the general
-        # path reports the taken id, or replays the key's append.
-        if key_name(error.diag.constraint_name) in _RACED:
-            return None
-        raise
-    rows = cursor.fetchall()
-    # Columns: head_branch_id, head_position, seq, position, recorded_at, kind, hash.
-    if not rows or rows[0][2] is None:
-        return None
-    done = InPlace(
-        branch_id=str(rows[0][0]),
-        ids=ids,
-        written=[(r[2], r[3], r[4], bytes(r[6])) for r in rows],
-    )
-    return _kept(heads, tenant, conversation_id, done)
-
-
-def _append_at_head(
-    cursor: Any,
-    tenant: str,
-    conversation_id: str,
-    encoded: Sequence[tuple[NewEvent, str]],
-    head: tuple[str, int, bytes],
-    run_id: str | None,
-    sealed: bool,
-) -> InPlace | None:
-    """`encoded` appended after `head` (branch, position, hash) by `_APPEND_AT_HEAD`,
-    the hashes chained here; None, having written nothing, when the head is elsewhere.
-
-    The ids are hashed as given, so they must be canonical (as `Operations`
-    checks them): the full statement hashes the database's spelling.
-    """
-    branch_id, position, head_hash = head
-    ids = [new_id() for _ in encoded]
-    hashes = _chained(head_hash, ids, conversation_id, branch_id, position, encoded, run_id, None)
-    last = len(encoded)
-    first = encoded[0][0]  # the kind and origin of every event (`_uniform`)
-    params: dict[str, Any] = {
-        "cid": conversation_id,
-        "tenant": tenant,
-        "branch": branch_id,
-        "position": position,
-        "previous": head_hash,
-        "last": position + last,
-        "hash": hashes[-1],
-        "sealed": sealed,
-        "run_id": run_id,
-        "kind": first.kind,
-        "origin": first.origin,
-    }
-    if last == 1:
-        params.update(id=ids[0], payload=encoded[0][1])
-        cursor.execute(_APPEND_ONE_AT_HEAD, params)
-    else:
-        params.update(count=last, ids=ids, payloads=[t for _, t in encoded], hashes=hashes)
-        cursor.execute(_APPEND_AT_HEAD, params)
-    rows = cursor.fetchall()  # (seq, position, recorded_at) per event
-    if not rows:
-        return None
-    return InPlace(
-        branch_id=branch_id,
-        ids=ids,
-        written=[(r[0], r[1], r[2], h) for r, h in zip(rows, hashes, strict=True)],
-    )
-
-
-def _chained(
-    previous: bytes,
-    ids: Sequence[str],
-    conversation_id: str,
-    branch_id: str,
-    start: int,
-    encoded: Sequence[tuple[NewEvent, str]],
-    run_id: str | None,
-    key: str | None,
-) -> list[bytes]:
-    """The hashes of `encoded` appended after a head at `start` whose hash is
-    `previous`: the last event is the head, and the first carries `key`."""
-    hashes: list[bytes] = []
-    last = len(encoded)
-    header = _chain.header
-    for i, (item, text) in enumerate(encoded, 1):
-        fields = (ids[i - 1], conversation_id, branch_id, start + i, run_id, item.kind)
-        content = header(*fields, item.origin, i == last, key if i == 1 else None)
-        previous = sha256(previous + content + text.encode()).digest()
-        hashes.append(previous)
-    return hashes
-
-
-def _uniform(encoded: Sequence[tuple[NewEvent, str]]) -> bool:
-    """Whether the events share one kind and one origin (an append of messages does),
-    as `_APPEND_AT_HEAD` writes them."""
-    if not encoded:
-        return False
-    first = encoded[0][0]
-    return all(item.kind == first.kind and item.origin == first.origin for item, _ in encoded)
-
-
-def _kept(heads: HeadCache | None, tenant: str, conversation_id: str, done: InPlace) -> InPlace:
-    """`done`, the head it left (branch, last position, last hash) kept in `heads`."""
-    if heads is not None:
-        _, position, _, last_hash = done.written[-1]
-        heads.put(tenant, conversation_id, (done.branch_id, position, last_hash))
-    return done
-
-
-class Append(Protocol):
-    """`append_postgres` and `append_sqlite`: the in-place append over a DB-API cursor."""
-
-    def __call__(
-        self,
-        cursor: Any,
-        tenant: str,
-        conversation_id: str,
-        encoded: Sequence[tuple[NewEvent, str]],
-        *,
-        expected: int | None,
-        run_id: str | None,
-        idempotency_key: str | None,
-        named: Sequence[str] | None = None,
-        state: str | None = None,
-        expected_state: Mapping[str, Any] | None = None,
-        expected_branch: str | None = None,
-        sealed: bool = False,
-    ) -> InPlace | None: ...
-
-
-def event_ids(named: Sequence[str] | None, count: int) -> list[str]:
-    """The ids of `count` new events: the caller's for the first ones, then minted."""
-    given = list(named or ())
-    return given + [new_id() for _ in range(count - len(given))]
-
-
-class CreateAppend(Protocol):
-    """`create_append_postgres` and `create_append_sqlite`."""
-
-    def __call__(
-        self,
-        cursor: Any,
-        tenant: str,
-        conversation_id: str,
-        root: tuple[str, str],
-        encoded: Sequence[tuple[NewEvent, str]],
-        *,
-        run_id: str | None,
-        idempotency_key: str | None,
-    ) -> InPlace | None: ...
+_SQLITE_NAMED = "INSERT INTO chatledger_event_ids (id, conversation_id, event_seq) VALUES {values}"
 
 
 @lru_cache(maxsize=64)
@@ -466,82 +342,195 @@ def _sqlite_values(statement: str, row: str, count: int) -> str:
     return statement.format(values=", ".join([row] * count))
 
 
-def append_sqlite(
-    cursor: Any,
-    tenant: str,
-    conversation_id: str,
-    encoded: Sequence[tuple[NewEvent, str]],
-    *,
-    expected: int | None,
-    run_id: str | None,
-    idempotency_key: str | None,
-    named: Sequence[str] | None = None,
-    state: str | None = None,
-    expected_state: Mapping[str, Any] | None = None,
-    expected_branch: str | None = None,
-    sealed: bool = False,
-) -> InPlace | None:
-    """Append in place through a DB-API cursor inside the caller's `BEGIN IMMEDIATE`.
-
-    The writer lock is held, so read-then-write is safe. Returns None having
-    written nothing when the common case does not apply. `named`, `state` and
-    `expected_state` are as for `append_postgres`.
-    """
-    cursor.execute(_SQLITE_HEAD, (conversation_id, tenant))
-    head = cursor.fetchone()
-    if head is None or not head[2] or bool(head[5]) != sealed or not head[6]:
+def write_sqlite(cursor: Any, turn: Turn, at: At) -> Written | None:
+    """`write_postgres` in plain SQL on a SQLite cursor, inside the caller's
+    transaction (which holds the writer lock)."""
+    encoded, cid, key, run_id = turn.encoded, turn.conversation_id, turn.key, turn.run_id
+    ids = event_ids(turn.named, len(encoded))
+    hashes = chained(at, ids, turn)
+    count = len(encoded)
+    start = at.start
+    sealed = turn.sealed
+    cursor.execute(
+        _SQLITE_MOVE,
+        (
+            at.branch_id,
+            start + count,
+            hashes[-1],
+            turn.state,
+            cid,
+            turn.tenant,
+            sealed,
+            sealed,
+            *at.seen,
+        ),
+    )
+    if cursor.rowcount != 1:
         return None
-    branch_id, start, head_hash = head[0], head[1], bytes(head[3])
-    if expected is not None and start != expected:
-        return None
-    if expected_branch is not None and branch_id != expected_branch:
-        return None
-    if expected_state is not None and _entries.changed_fields(json.loads(head[4]), expected_state):
-        return None
-    key = idempotency_key
-    if key is not None:
-        cursor.execute(_SQLITE_KEY, (conversation_id, key))
-        if cursor.fetchone() is not None:
-            return None
-    if named:
-        cursor.execute(_SQLITE_NAMED_TAKEN.format(ids=", ".join("?" * len(named))), list(named))
-        if cursor.fetchone() is not None:
-            return None
-    last = len(encoded)
-    ids = event_ids(named, last)
     # The embedded database's clock is this host's: read once, the events of
     # one append share the moment they were recorded.
     now = sqlite_clock()
     recorded_at = sqlite_time(now)
-    hashes = _chained(head_hash, ids, conversation_id, branch_id, start, encoded, run_id, key)
+    branch_id = at.branch_id
     params: list[object] = []
     for i, ((item, text), event_hash) in enumerate(zip(encoded, hashes, strict=True), 1):
-        event_key = key if i == 1 else None
-        fields = (ids[i - 1], conversation_id, branch_id, start + i, run_id, item.kind)
-        params += (*fields, item.origin, i == last, recorded_at, event_key, text, event_hash)
-    cursor.execute(_sqlite_values(_SQLITE_INSERT, _SQLITE_ROW, last), params)
+        params += (
+            ids[i - 1],
+            cid,
+            branch_id,
+            start + i,
+            run_id,
+            item.kind,
+            item.origin,
+            i == count,
+            recorded_at,
+            key if i == 1 else None,
+            text,
+            event_hash,
+        )
+    cursor.execute(_sqlite_values(_SQLITE_INSERT, _SQLITE_ROW, count), params)
     # No RETURNING (it cost a third of a ten-row insert): `seq` is the rowid,
     # and under the writer lock each row of the VALUES list, inserted in order,
     # gets the largest rowid so far plus one (SQLite's documented rule while
     # rowids stay below 2**63 - 1), so this insert's rows end at `lastrowid`.
-    first = cursor.lastrowid - last + 1
-    written = [(first + i, start + i + 1, now, hashes[i]) for i in range(last)]
+    first = cursor.lastrowid - count + 1
+    written = [(first + i, start + i + 1, now, hashes[i]) for i in range(count)]
     views = [
         v
         for (seq, position, _, _), (item, _) in zip(written, encoded, strict=True)
         if item.kind == "message.recorded"
-        for v in (conversation_id, position, seq)
+        for v in (cid, position, seq)
     ]
     if views:
         cursor.execute(_sqlite_values(_SQLITE_VIEW, "(?, ?, ?)", len(views) // 3), views)
-    if named:
-        rows = [v for i in range(len(named)) for v in (ids[i], conversation_id, written[i][0])]
-        cursor.execute(_sqlite_values(_SQLITE_NAMED, "(?, ?, ?)", len(named)), rows)
-    if state is None:
-        cursor.execute(_SQLITE_MOVE, (start + last, hashes[-1], conversation_id))
-    else:
-        cursor.execute(_SQLITE_MOVE_STATE, (start + last, hashes[-1], state, conversation_id))
-    return InPlace(branch_id=branch_id, ids=ids, written=written)
+    if turn.named:
+        rows = [v for i in range(len(turn.named)) for v in (ids[i], cid, written[i][0])]
+        cursor.execute(_sqlite_values(_SQLITE_NAMED, "(?, ?, ?)", len(turn.named)), rows)
+    return Written(branch_id, ids, written)
+
+
+def chained(at: At, ids: Sequence[str], turn: Turn) -> list[bytes]:
+    """The hashes of `turn`'s events at `at`: the last is the head, the first carries the key."""
+    last = len(turn.encoded)
+    cid, branch_id, start, run_id, key = (
+        turn.conversation_id,
+        at.branch_id,
+        at.start,
+        turn.run_id,
+        turn.key,
+    )
+    return _chain.chained(
+        at.previous,
+        (
+            (
+                ids[i - 1],
+                cid,
+                branch_id,
+                start + i,
+                run_id,
+                item.kind,
+                item.origin,
+                i == last,
+                key if i == 1 else None,
+                text,
+            )
+            for i, (item, text) in enumerate(turn.encoded, 1)
+        ),
+    )
+
+
+# -- the read forms: the head now, and what the options need to know of it ----------
+
+_READ_POSTGRES = """
+SELECT head_branch_id, head_position, head_open, head_hash, state, subject IS NOT NULL,
+       erased_at IS NULL,
+       %(key)s::text IS NOT NULL AND EXISTS (
+           SELECT 1 FROM chatledger_events k
+           WHERE k.conversation_id = %(cid)s AND k.idempotency_key = %(key)s::text),
+       %(named)s::uuid[] IS NOT NULL AND EXISTS (
+           SELECT 1 FROM chatledger_event_ids x WHERE x.id = ANY(%(named)s::uuid[]))
+FROM chatledger_conversations WHERE id = %(cid)s AND tenant = %(tenant)s
+"""
+_READ_SQLITE = (
+    "SELECT head_branch_id, head_position, head_open, head_hash, state, subject IS NOT NULL, "
+    "erased_at IS NULL, ? IS NOT NULL AND EXISTS (SELECT 1 FROM chatledger_events "
+    "WHERE conversation_id = ? AND idempotency_key = ?) "
+    "FROM chatledger_conversations WHERE id = ? AND tenant = ?"
+)
+_SQLITE_NAMED_TAKEN = "SELECT 1 FROM chatledger_event_ids WHERE id IN ({ids}) LIMIT 1"
+
+
+def read_postgres(cursor: Any, turn: Turn) -> Head | None:
+    """The head `turn` goes at, read in one statement (see `head_for`)."""
+    cursor.execute(
+        _READ_POSTGRES,
+        {
+            "cid": turn.conversation_id,
+            "tenant": turn.tenant,
+            "key": turn.key,
+            "named": None if turn.named is None else list(turn.named),
+        },
+    )
+    return head_for(turn, cursor.fetchone())
+
+
+def read_sqlite(cursor: Any, turn: Turn) -> Head | None:
+    """`read_postgres` on SQLite, inside the caller's `BEGIN IMMEDIATE`."""
+    cid, key = turn.conversation_id, turn.key
+    cursor.execute(_READ_SQLITE, (key, cid, key, cid, turn.tenant))
+    found = cursor.fetchone()
+    if found is None:
+        return None
+    taken = False
+    if turn.named:
+        named = list(turn.named)
+        cursor.execute(_SQLITE_NAMED_TAKEN.format(ids=", ".join("?" * len(named))), named)
+        taken = cursor.fetchone() is not None
+    return head_for(turn, (*found, taken))
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """One database's forms of the append."""
+
+    read: Callable[[Any, Turn], Head | None]
+    write: Callable[[Any, Turn, At], Written | None]
+    create: Callable[[Any, Turn], Written | None]
+
+
+def in_place(
+    cursor: Any, dialect: Dialect, turn: Turn, *, heads: HeadCache | None
+) -> Written | None:
+    """`turn` by the forms `plan` picks, on a DB-API cursor (autocommit on Postgres,
+    the caller's `BEGIN IMMEDIATE` on SQLite); None having written nothing when
+    every form declines. The head each write leaves is kept in `heads`."""
+    tenant, cid = turn.tenant, turn.conversation_id
+    kept = None if heads is None else heads.get(tenant, cid)
+    forms = plan(turn, kept)
+    done: Written | None = None
+    for form in forms:
+        if form == "create":
+            done = dialect.create(cursor, turn)
+        elif form == "kept":
+            assert kept is not None
+            done = dialect.write(cursor, turn, At.head(kept))
+        else:
+            head = dialect.read(cursor, turn)
+            done = None if head is None else dialect.write(cursor, turn, At.head(head))
+        if done is not None:
+            if heads is not None:
+                _, position, _, last_hash = done.written[-1]
+                heads.put(tenant, cid, (done.branch_id, position, last_hash))
+            return done
+        if form == "kept" and heads is not None:
+            heads.forget(tenant, cid)
+    return None
+
+
+def event_ids(named: Sequence[str] | None, count: int) -> list[str]:
+    """The ids of `count` new events: the caller's for the first ones, then minted."""
+    given = list(named or ())
+    return given + [new_id() for _ in range(count - len(given))]
 
 
 # -- a conversation created by its first append (ADR 0016) ---------------------------
@@ -626,16 +615,25 @@ def _fresh(
     origins: list[str] = ["client", *(item.origin for item, _ in encoded)]
     payloads = [created, *(text for _, text in encoded)]
     keys = [None, *(key if i == 0 else None for i in range(len(encoded)))]
-    hashes: list[bytes] = []
-    previous = _chain.GENESIS
     last = len(ids)
-    header = _chain.header
-    for i in range(last):
-        event_run = run_id if i else None
-        fields = (ids[i], conversation_id, branch_id, i + 1, event_run, kinds[i], origins[i])
-        content = header(*fields, i + 1 == last, keys[i]) + payloads[i].encode()
-        previous = sha256(previous + content).digest()
-        hashes.append(previous)
+    hashes = _chain.chained(
+        _chain.GENESIS,
+        (
+            (
+                ids[i],
+                conversation_id,
+                branch_id,
+                i + 1,
+                run_id if i else None,
+                kinds[i],
+                origins[i],
+                i + 1 == last,
+                keys[i],
+                payloads[i],
+            )
+            for i in range(last)
+        ),
+    )
     return _Fresh(branch_id, ids, kinds, origins, payloads, keys, hashes)
 
 
@@ -657,34 +655,24 @@ def _created_event(conversation_id: str, fresh: _Fresh, seq: int, recorded_at: d
     )
 
 
-def create_append_postgres(
-    cursor: Any,
-    tenant: str,
-    conversation_id: str,
-    root: tuple[str, str],
-    encoded: Sequence[tuple[NewEvent, str]],
-    *,
-    run_id: str | None,
-    idempotency_key: str | None,
-    heads: HeadCache | None = None,
-) -> InPlace | None:
-    """Create the conversation and append `encoded` as one statement on an
-    autocommit DB-API cursor, or return None having written nothing (the id is
-    taken). `root` is `encode_root`'s (metadata text, created payload). With
-    `heads`, the head it leaves is kept there (see `append_postgres`)."""
-    meta_text, created = root
-    fresh = _fresh(conversation_id, created, encoded, run_id, idempotency_key)
+def create_append_postgres(cursor: Any, turn: Turn) -> Written | None:
+    """Create the conversation and append `turn` as one statement on an autocommit
+    DB-API cursor, or return None having written nothing (the id is taken)."""
+    assert turn.root is not None
+    meta_text, created = turn.root
+    cid = turn.conversation_id
+    fresh = _fresh(cid, created, turn.encoded, turn.run_id, turn.key)
     cursor.execute(
         _CREATE_APPEND_POSTGRES,
         {
-            "cid": conversation_id,
-            "tenant": tenant,
+            "cid": cid,
+            "tenant": turn.tenant,
             "bid": fresh.branch_id,
             "last": len(fresh.ids),
             "hash": fresh.hashes[-1],
             "meta": meta_text,
-            "run_id": run_id,
-            "key": idempotency_key,
+            "run_id": turn.run_id,
+            "key": turn.key,
             "ids": fresh.ids,
             "kinds": fresh.kinds,
             "origins": fresh.origins,
@@ -696,7 +684,7 @@ def create_append_postgres(
     if not rows:
         return None
     at = rows[0][0]
-    done = InPlace(
+    return Written(
         branch_id=fresh.branch_id,
         ids=fresh.ids[1:],
         written=[
@@ -704,32 +692,23 @@ def create_append_postgres(
             for i, (r, h) in enumerate(zip(rows, fresh.hashes, strict=True), 1)
             if i > 1
         ],
-        created=_created_event(conversation_id, fresh, rows[0][1], at),
+        created=_created_event(cid, fresh, rows[0][1], at),
     )
-    return _kept(heads, tenant, conversation_id, done)
 
 
-def create_append_sqlite(
-    cursor: Any,
-    tenant: str,
-    conversation_id: str,
-    root: tuple[str, str],
-    encoded: Sequence[tuple[NewEvent, str]],
-    *,
-    run_id: str | None,
-    idempotency_key: str | None,
-) -> InPlace | None:
-    """Create the conversation and append `encoded` through a DB-API cursor inside
-    the caller's `BEGIN IMMEDIATE`, or return None having written nothing (the
-    id is taken). `root` as for `create_append_postgres`."""
-    meta_text, created = root
-    fresh = _fresh(conversation_id, created, encoded, run_id, idempotency_key)
+def create_append_sqlite(cursor: Any, turn: Turn) -> Written | None:
+    """`create_append_postgres` through a DB-API cursor inside the caller's
+    `BEGIN IMMEDIATE`."""
+    assert turn.root is not None
+    meta_text, created = turn.root
+    conversation_id, run_id = turn.conversation_id, turn.run_id
+    fresh = _fresh(conversation_id, created, turn.encoded, run_id, turn.key)
     last = len(fresh.ids)
     now = sqlite_clock()
     at = sqlite_time(now)
     cursor.execute(
         _SQLITE_NEW_CONVERSATION,
-        (conversation_id, tenant, fresh.branch_id, last, fresh.hashes[-1], at, meta_text),
+        (conversation_id, turn.tenant, fresh.branch_id, last, fresh.hashes[-1], at, meta_text),
     )
     if cursor.rowcount != 1:
         return None  # the conversation row comes first: nothing was written
@@ -751,7 +730,7 @@ def create_append_sqlite(
             fresh.hashes[i],
         )
     cursor.execute(_sqlite_values(_SQLITE_INSERT, _SQLITE_ROW, last), params)
-    first = cursor.lastrowid - last + 1  # the rowid rule of `append_sqlite`
+    first = cursor.lastrowid - last + 1  # the rowid rule of `write_sqlite`
     views = [
         v
         for i in range(1, last)
@@ -760,7 +739,7 @@ def create_append_sqlite(
     ]
     if views:
         cursor.execute(_sqlite_values(_SQLITE_VIEW, "(?, ?, ?)", len(views) // 3), views)
-    return InPlace(
+    return Written(
         branch_id=fresh.branch_id,
         ids=fresh.ids[1:],
         written=[(first + i, i + 1, now, fresh.hashes[i]) for i in range(1, last)],
@@ -827,9 +806,7 @@ def create_conversation_sqlite(
     """`create_conversation_postgres` through a SQLite DB-API cursor inside the
     caller's `BEGIN IMMEDIATE`."""
     cid = conversation_id or new_id()
-    done = create_append_sqlite(
-        cursor, tenant, cid, (meta_text, payload), [], run_id=None, idempotency_key=None
-    )
+    done = create_append_sqlite(cursor, Turn(tenant, cid, [], root=(meta_text, payload)))
     if done is None or done.created is None:
         return None
     return _root(tenant, cid, done.branch_id, done.created.recorded_at, meta_text)
@@ -946,22 +923,14 @@ def replayed(
 
 def append_messages(
     conn: Connection,
-    tenant: str,
-    conversation_id: str,
-    encoded: Sequence[tuple[NewEvent, str]],
+    turn: Turn,
     *,
-    expected: int | Position | None,
-    run_id: str | None,
-    idempotency_key: str | None,
     create: bool = False,
     metadata: dict[str, Any] | None = None,
     after: int | Position | None = None,
-    ids: Sequence[str] | None = None,
-    state: str | None = None,
-    expected_state: Mapping[str, Any] | None = None,
     seal: Seal = PLAIN,
 ) -> Appended:
-    """Append one turn at the head and move the head past it, atomically.
+    """Append `turn` at the head and move the head past it, atomically: every case.
 
     The conversation row lock serializes appends to one conversation. When
     the head is not the tip of its branch (a run's leftovers lie beyond it),
@@ -969,55 +938,57 @@ def append_messages(
     the tenant does not have is created first, in the same transaction, with
     `metadata`. With `after`, the turn goes after that position instead,
     replacing what followed it in the head's history (which stays in the log,
-    on its branch). `ids` are the event ids of the first `len(ids)` events
-    (the messages), minted by the caller. `state` (stored text) is the
-    conversation's new state, whose `state.changed` event ends `encoded`;
-    `expected_state` is checked first.
+    on its branch). These are the pre-steps; the writer of the in-place forms
+    (`write_postgres`, `write_sqlite`) then writes the turn, in this transaction.
     """
+    encoded, cid, tenant = turn.encoded, turn.conversation_id, turn.tenant
     if not encoded:
         raise InvalidInputError("append_messages needs at least one message, or a state.")
-    check_append_options(expected, run_id, idempotency_key)
-    created = _create_first(conn, tenant, conversation_id, metadata, seal) if create else None
-    conv = get_conversation(conn, tenant, conversation_id, lock=True)
-    if idempotency_key is not None:
-        again = replayed(conn, conv, idempotency_key, encoded, run_id, ids, seal)
+    created = _create_first(conn, tenant, cid, metadata, seal) if create else None
+    conv = get_conversation(conn, tenant, cid, lock=True)
+    if turn.key is not None:
+        again = replayed(conn, conv, turn.key, encoded, turn.run_id, turn.named, seal)
         if again is not None:
             return again
-    check_expected(conv, expected)
-    _entries.check_state(conv, expected_state)
+    expected = turn.expected
+    if turn.expected_branch is not None and expected is not None:
+        check_expected(conv, Position(turn.expected_branch, expected))
+    else:
+        check_expected(conv, expected)
+    _entries.check_state(conv, turn.expected_state)
+    _keys.check_writable(conn, cid, encoded)
+    if turn.named:
+        _entries.check_ids_free(conn, cid, turn.named)
     base = conv.head if after is None else resolve_position(conn, conv, after)
     branch_id, position = base.branch_id, base.position
     written: list[Event] = [] if created is None else [created]
-    opened = not conv.head_open if after is None else not head_is_open(conn, conv.id, base)
+    opened = not conv.head_open if after is None else not head_is_open(conn, cid, base)
     if opened:
         reason: BranchReason = "run" if after is None else "edit"
-        branch_id, branched = create_branch(
-            conn, conv.id, base, reason, run_id=run_id if after is None else None, origin="client"
-        )
+        run_id = turn.run_id if after is None else None
+        branch_id, branched = create_branch(conn, cid, base, reason, run_id=run_id, origin="client")
         written.append(branched)
         position += 1
-    inserted = insert_events(
-        conn,
-        conv.id,
-        branch_id,
-        position + 1,
-        encoded,
-        run_id=run_id,
-        idempotency_key=idempotency_key,
-        head=True,
-        ids=None if ids is None else [*ids, *(new_id() for _ in encoded[len(ids) :])],
-    )
-    written += inserted
-    if ids is not None:
-        _entries.record_ids(conn, conv.id, inserted[: len(ids)])
-    new_head = Position(branch_id, written[-1].position)
-    messages = [e for e in written if e.kind == "message.recorded"]
-    set_head(
-        conn, conv, new_head, messages, written[-1].hash, extends=after is None or base == conv.head
-    )
-    if state is not None:
-        _entries.store_state(conn, conv.id, state)
-    return Appended(conv.id, written, new_head, created=created is not None)
+        previous = branched.hash
+    else:
+        previous = previous_hash(conn, cid, branch_id, position + 1)
+    if base != conv.head:  # the turn replaces what followed `base` in the head's view
+        projector.move_view(conn, cid, conv.head, base)
+    head_hash = conn.execute(
+        sa.select(conversations.c.head_hash).where(conversations.c.id == cid)
+    ).scalar_one()
+    seen = (conv.head.branch_id, conv.head.position, bytes(head_hash), conv.head_open)
+    at = At(seen, branch_id, position, previous)
+    checked = replace(turn, sealed=None)  # `check_writable` has checked the sealing
+    try:
+        done = on_cursor(conn, lambda cursor: _WRITERS[is_sqlite(conn)](cursor, checked, at))
+    except UniqueViolation as error:
+        # A caller id taken by a concurrent append since `check_ids_free`.
+        if key_name(error.diag.constraint_name) == "pk_chatledger_event_ids":
+            raise _entries.ids_taken(cid) from error
+        raise
+    assert done is not None, "the head moved under the row lock"
+    return appended(turn, done, before=written)
 
 
 def check_expected(conv: Conversation, expected: int | Position | None) -> None:
@@ -1095,22 +1066,25 @@ def check_append_options(
         check_text(idempotency_key, "idempotency key")
 
 
-def appended_in_place(
-    conversation_id: str,
-    done: InPlace | None,
-    encoded: Sequence[tuple[NewEvent, str]],
-    run_id: str | None,
-    idempotency_key: str | None,
-) -> Appended | None:
-    """What a fast-path append wrote, as the general path reports it (None: nothing)."""
-    if done is None:
-        return None
-    written = [] if done.created is None else [done.created]
+def appended(
+    turn: Turn,
+    done: Written,
+    *,
+    texts: Sequence[tuple[NewEvent, str]] | None = None,
+    before: Sequence[Event] = (),
+) -> Appended:
+    """What a form wrote for `turn`, as an append reports it: after the events the
+    general path wrote `before` it (a creation, a new branch), if any, with the
+    payloads `texts` (default: as written; the in-place forms report the caller's
+    clear ones, which need no opening)."""
+    encoded = turn.encoded if texts is None else texts
+    cid, key, run_id = turn.conversation_id, turn.key, turn.run_id
+    written = [*before] if done.created is None else [done.created]
     written += [
         Event(
             seq=seq,
             id=event_id,
-            conversation_id=conversation_id,
+            conversation_id=cid,
             branch_id=done.branch_id,
             position=position,
             run_id=run_id,
@@ -1118,7 +1092,7 @@ def appended_in_place(
             origin=item.origin,
             head=i == len(encoded) - 1,
             recorded_at=utc(recorded_at),
-            idempotency_key=idempotency_key if i == 0 else None,
+            idempotency_key=key if i == 0 else None,
             payload_json=text,
             hash=event_hash,
         )
@@ -1126,9 +1100,11 @@ def appended_in_place(
             zip(done.ids, done.written, encoded, strict=True)
         )
     ]
-    return Appended(
-        conversation_id,
-        written,
-        Position(done.branch_id, written[-1].position),
-        created=done.created is not None,
-    )
+    created = any(e.kind == "conversation.created" for e in written)
+    return Appended(cid, written, Position(done.branch_id, written[-1].position), created=created)
+
+
+POSTGRES = Dialect(read=read_postgres, write=write_postgres, create=create_append_postgres)
+SQLITE = Dialect(read=read_sqlite, write=write_sqlite, create=create_append_sqlite)
+_WRITERS = {False: write_postgres, True: write_sqlite}
+"""The writer of a connection's dialect, by `is_sqlite`."""

@@ -23,8 +23,10 @@ differential of `tests/store/test_fast_paths.py` prove they agree.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
+from hashlib import sha256
 
-__all__ = ["FIELDS", "GENESIS", "content", "content_sql", "header", "link"]
+__all__ = ["FIELDS", "GENESIS", "Fields", "chained", "content", "content_sql", "header", "link"]
 
 GENESIS = bytes(32)
 
@@ -76,6 +78,22 @@ def header(
     k = (key or "").encode("utf-8")
     h = "1" if head else "0"
     return f"{i}{c}{b}{position}:{run_id or ''}:{kind}:{origin}:{h}:{len(k)}:".encode() + k + b":"
+
+
+Fields = tuple[str, str, str, int, str | None, str, str, bool, str | None, str]
+"""One event's hashed fields, in `FIELDS` order (the payload as text)."""
+
+
+def chained(previous: bytes, rows: Iterable[Fields]) -> list[bytes]:
+    """The hashes of consecutive events after the one whose hash is `previous`:
+    every writer's chain (the checks, `verify` and `import`, hash one row at a
+    time with `link`)."""
+    hashes: list[bytes] = []
+    for i, c, b, position, run_id, kind, origin, head, key, payload in rows:
+        fields = header(i, c, b, position, run_id, kind, origin, head, key)
+        previous = sha256(previous + fields + payload.encode()).digest()
+        hashes.append(previous)
+    return hashes
 
 
 def link(previous: bytes, event_content: bytes) -> bytes:

@@ -7,7 +7,8 @@ What agent frameworks need beside the chat-loop append:
 - `entry`: one message by the id its caller minted for it
   (`append_messages(ids=...)`), found through `chatledger_event_ids`
   without indexing every event's id;
-- `record_ids`: those ids, written in the append's transaction;
+- `check_ids_free`: that no other event holds those ids (the append's writer
+  records them);
 - state: a JSON object per conversation that changes after creation, each
   change a `state.changed` event at the head, its current value kept on the
   conversation row; `check_state` is the compare-and-set on its fields;
@@ -36,7 +37,6 @@ from chatledger.store._sql.log import (
     set_head,
     utc,
 )
-from chatledger.store._sql.translate import unique_violation
 from chatledger.store._values import Conversation, Entry, Event, NewEvent, Position
 from chatledger.store.messages import load_messages
 from chatledger.store.schema import conversations, event_ids, events
@@ -44,13 +44,14 @@ from chatledger.store.schema import conversations, event_ids, events
 __all__ = [
     "changed_fields",
     "check_ids",
+    "check_ids_free",
     "check_state",
     "encode_state",
     "entries",
     "entry",
+    "ids_taken",
     "json_equal",
     "move_head",
-    "record_ids",
     "record_state",
     "state_changed",
     "state_changes",
@@ -169,36 +170,25 @@ def check_ids(ids: object, count: int) -> list[str] | None:
     return checked
 
 
-def _ids_taken(conn: Connection, conversation_id: str, ids: Sequence[str]) -> ConflictError | None:
+def check_ids_free(conn: Connection, conversation_id: str, ids: Sequence[str]) -> None:
+    """Refuse caller-minted event ids that another event holds."""
     taken = conn.execute(sa.select(event_ids.c.id).where(event_ids.c.id.in_(ids))).scalars().first()
-    if taken is None:
-        return None
+    if taken is not None:
+        raise ConflictError(
+            f"Event id '{taken}' is taken. Mint a new id for each message (a UUIDv7, say); "
+            f"to retry an append that may have landed, pass the same idempotency key.",
+            conversation_id=conversation_id,
+        )
+
+
+def ids_taken(conversation_id: str) -> ConflictError:
+    """An event id of the append taken by a concurrent append after `check_ids_free`."""
     return ConflictError(
-        f"Event id '{taken}' is taken. Mint a new id for each message (a UUIDv7, say); "
-        f"to retry an append that may have landed, pass the same idempotency key.",
+        "An event id of this append was taken by a concurrent append, so nothing was "
+        "written. Mint a new id for each message (a UUIDv7, say); to retry an append that "
+        "may have landed, pass the same idempotency key.",
         conversation_id=conversation_id,
     )
-
-
-def record_ids(conn: Connection, conversation_id: str, written: Sequence[Event]) -> None:
-    """Make `written` findable by their (caller-minted) ids."""
-    if not written:  # `ids=[]` with no message: nothing to name
-        return
-    ids = [e.id for e in written]
-    taken = _ids_taken(conn, conversation_id, ids)
-    if taken is not None:
-        raise taken
-    try:
-        conn.execute(
-            event_ids.insert(),
-            [{"id": e.id, "conversation_id": conversation_id, "event_seq": e.seq} for e in written],
-        )
-    except sa.exc.IntegrityError as error:
-        # Taken by a concurrent append between the check and here; this
-        # transaction rolls back as the error propagates.
-        if unique_violation(error, event_ids, ["id"]):
-            raise _ids_taken(conn, conversation_id, ids) or error from error
-        raise
 
 
 # -- state ------------------------------------------------------------------------

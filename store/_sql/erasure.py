@@ -106,15 +106,9 @@ def _destroy(
 ) -> Erasure:
     payload = {"subject": subject, "keyId": key_id, "reason": reason}
     for conversation_id in ids:
-        _append.append_messages(
-            conn,
-            tenant,
-            conversation_id,
-            [(NewEvent("conversation.erased", payload, origin="client"), canonical_json(payload))],
-            expected=None,
-            run_id=None,
-            idempotency_key=None,
-        )
+        erased = NewEvent("conversation.erased", payload, origin="client")
+        turn = _append.Turn(tenant, conversation_id, [(erased, canonical_json(payload))])
+        _append.append_messages(conn, turn)
     conn.execute(
         conversations.update()
         .where(conversations.c.tenant == tenant, conversations.c.subject == subject)

@@ -727,8 +727,9 @@ def insert_events(
         for i, (item, text) in enumerate(encoded)
     ]
     previous = previous_hash(conn, conversation_id, branch_id, first_position)
-    for row in rows:
-        row["hash"] = previous = _chain.link(previous, _chain.content(**_chained(row)))
+    hashes = _chain.chained(previous, (tuple(row[f] for f in _chain.FIELDS) for row in rows))
+    for row, event_hash in zip(rows, hashes, strict=True):
+        row["hash"] = event_hash
     stmt = (
         events.insert()
         .values(recorded_at=db_now(conn))
@@ -753,10 +754,6 @@ def insert_events(
         )
         for r, (seq, recorded_at) in zip(rows, result, strict=True)
     ]
-
-
-def _chained(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: row[k] for k in _chain.FIELDS}
 
 
 def previous_hash(conn: Connection, conversation_id: str, branch_id: str, position: int) -> bytes:

@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 
 import pytest
 import sqlalchemy as sa
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from chatledger.store import (
@@ -471,12 +471,22 @@ def faces(request: pytest.FixtureRequest, database_url: str) -> Iterator[Faces]:
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(sequence=steps)
+# Each gate of `store._sql.append.plan`, at least once whatever is drawn: at the
+# head kept (the first conversation's, from `Run.begin`) with a state to compare,
+# or expected elsewhere; a creation expecting an old head, or with caller ids or
+# a state, which the create form does not write.
+@example(sequence=[Append(slot=0, messages=(0,), expected_state={"a": 1})])
+@example(sequence=[Append(slot=0, messages=(1,), expected=("position", 1))])
+@example(sequence=[Append(slot=1, messages=(0,), create=True, expected=("position", 2))])
+@example(sequence=[Append(slot=1, messages=(0, 1), create=True, ids=("e1", "e2"))])
+@example(sequence=[Append(slot=1, messages=(0,), create=True, state={"a": 1})])
 def test_every_form_of_the_append_writes_what_the_general_path_writes(
     faces: Faces, sequence: list[Step]
 ) -> None:
     results = []
     for make in faces.make:
         run = Run(make(f"differential-{uuid.uuid4()}"))  # its id anonymized too
+        run.begin()
         for step in sequence:
             run.step(step)
         run.verified()

@@ -404,9 +404,7 @@ def test_pages_return_every_event_exactly_once_while_processes_append(
 def append_in(conn: sa.Connection, tenant: str, conversation_id: str, text: str) -> None:
     """Append a message with the store's own code, inside the caller's open transaction."""
     encoded = _log.encode_events([NewEvent.of_message(Message(role="user", content=text))])
-    _append.append_messages(
-        conn, tenant, conversation_id, encoded, expected=None, run_id=None, idempotency_key=None
-    )
+    _append.append_messages(conn, _append.Turn(tenant, conversation_id, encoded))
 
 
 def postgres_only(backend: str) -> None:
