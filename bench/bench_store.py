@@ -524,7 +524,11 @@ def our_bytes_per_message(store: Store, messages: int) -> float:
         # A partitioned table's rows are in its partitions (CHATLEDGER_BENCH_PARTITIONS).
         total = sum(
             conn.execute(
-                sa.text("SELECT sum(pg_total_relation_size(relid)) FROM pg_partition_tree(:t)"),
+                # pg_partition_tree has no rows for a table that is not partitioned.
+                sa.text(
+                    "SELECT coalesce((SELECT sum(pg_total_relation_size(relid))"
+                    " FROM pg_partition_tree(:t)), pg_total_relation_size(:t))"
+                ),
                 {"t": t},
             ).scalar_one()
             for t in tables

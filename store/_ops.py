@@ -487,7 +487,7 @@ class Operations:
         if after is not None:
             self._moving_head(conversation_id)  # the general path appends after a position
 
-        def build(seal: Seal) -> Op[Appended]:
+        def build(seal: Seal, sealing: Sealing[Appended] | None = None) -> Op[Appended]:
             # Refused on every form alike (a form would write without a key).
             seal = _subject_needs(subject, seal)
             turn = _append.Turn(
@@ -534,13 +534,11 @@ class Operations:
                 fn=lambda c: _append.append_messages(
                     c, turn, create=create, metadata=metadata, after=after, seal=seal
                 ),
+                sealing=sealing,
             )
 
-        op = replace(
-            build(PLAIN),
-            sealing=Sealing(tenant, conversation_id, build, create=create, subject=subject),
-        )
-        return self._reported(op, messages)
+        sealing = Sealing(tenant, conversation_id, build, create=create, subject=subject)
+        return self._reported(build(PLAIN, sealing), messages)
 
     def _reported(self, op: Op[Appended], messages: Sequence[Message]) -> Program[Appended]:
         """`op`, the append, then its repair report (`report`), reading the history

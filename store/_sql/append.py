@@ -99,8 +99,11 @@ class Written:
     """The `conversation.created` event, when the form created the conversation."""
 
 
-Head = tuple[str, int, bytes]
-"""Where an append goes at a conversation's head: its branch, position and hash."""
+Head = tuple[str, int, bytes, str]
+"""A conversation's head as an append finds it: its branch, position and hash, and
+the conversation's state there (stored text). The state changes only with the
+head (every change is a `state.changed` event, which becomes the head), so a
+head that is still there still has that state."""
 
 
 @dataclass(frozen=True)
@@ -141,7 +144,8 @@ class At:
 
     @classmethod
     def head(cls, head: Head) -> At:
-        return cls((*head, True), head[0], head[1], head[2])
+        branch_id, position, head_hash, _ = head
+        return cls((branch_id, position, head_hash, True), branch_id, position, head_hash)
 
 
 Form = Literal["create", "kept", "read"]
@@ -157,7 +161,7 @@ def plan(
     - `create`: a new conversation and its first events (`create` with a root in
       the clear), for an append with no caller ids, state or expected state, in
       the clear, whose `expected` admits a new head (1);
-    - `kept`: at the head kept, which `expected` must name, with no state to compare;
+    - `kept`: at the head kept, where `expected` and `expected_state` must hold;
     - `read`: at the head read now, checked against every option (`head_for`).
 
     None at all when the turn writes nothing, goes after another position
@@ -179,9 +183,9 @@ def plan(
         forms.append("create")
     if (
         kept is not None
-        and turn.expected_state is None
         and expected in (None, kept[1])
         and turn.expected_branch in (None, kept[0])
+        and not _entries.changed_fields(json.loads(kept[3]), turn.expected_state)
     ):
         forms.append("kept")
     forms.append("read")
@@ -206,7 +210,7 @@ def head_for(turn: Turn, found: Sequence[Any] | None) -> Head | None:
         json.loads(state), turn.expected_state
     ):
         return None
-    return branch_id, position, bytes(head_hash)
+    return branch_id, position, bytes(head_hash), state
 
 
 # -- the writer: every append's events, view entries, caller ids and head ----------
@@ -273,7 +277,7 @@ def write_postgres(cursor: Any, turn: Turn, at: At) -> Written | None:
     failed whole); in a transaction, the caller handles it."""
     encoded, cid = turn.encoded, turn.conversation_id
     ids = event_ids(turn.named, len(encoded))
-    hashes = chained(at, ids, turn)
+    hashes = _chain.chained(at.previous, fields(at, ids, turn))
     last = at.start + len(encoded)
     branch, position, seen_hash, seen_open = at.seen
     params: dict[str, Any] = {
@@ -345,9 +349,10 @@ def _sqlite_values(statement: str, row: str, count: int) -> str:
 def write_sqlite(cursor: Any, turn: Turn, at: At) -> Written | None:
     """`write_postgres` in plain SQL on a SQLite cursor, inside the caller's
     transaction (which holds the writer lock)."""
-    encoded, cid, key, run_id = turn.encoded, turn.conversation_id, turn.key, turn.run_id
+    encoded, cid = turn.encoded, turn.conversation_id
     ids = event_ids(turn.named, len(encoded))
-    hashes = chained(at, ids, turn)
+    rows = fields(at, ids, turn)
+    hashes = _chain.chained(at.previous, rows)
     count = len(encoded)
     start = at.start
     sealed = turn.sealed
@@ -373,21 +378,8 @@ def write_sqlite(cursor: Any, turn: Turn, at: At) -> Written | None:
     recorded_at = sqlite_time(now)
     branch_id = at.branch_id
     params: list[object] = []
-    for i, ((item, text), event_hash) in enumerate(zip(encoded, hashes, strict=True), 1):
-        params += (
-            ids[i - 1],
-            cid,
-            branch_id,
-            start + i,
-            run_id,
-            item.kind,
-            item.origin,
-            i == count,
-            recorded_at,
-            key if i == 1 else None,
-            text,
-            event_hash,
-        )
+    for (*row, key, text), event_hash in zip(rows, hashes, strict=True):
+        params += (*row, recorded_at, key, text, event_hash)
     cursor.execute(_sqlite_values(_SQLITE_INSERT, _SQLITE_ROW, count), params)
     # No RETURNING (it cost a third of a ten-row insert): `seq` is the rowid,
     # and under the writer lock each row of the VALUES list, inserted in order,
@@ -409,8 +401,9 @@ def write_sqlite(cursor: Any, turn: Turn, at: At) -> Written | None:
     return Written(branch_id, ids, written)
 
 
-def chained(at: At, ids: Sequence[str], turn: Turn) -> list[bytes]:
-    """The hashes of `turn`'s events at `at`: the last is the head, the first carries the key."""
+def fields(at: At, ids: Sequence[str], turn: Turn) -> list[_chain.Fields]:
+    """The hashed fields of `turn`'s events at `at` (`chain.FIELDS` order): the last
+    is the head, and the first carries the idempotency key."""
     last = len(turn.encoded)
     cid, branch_id, start, run_id, key = (
         turn.conversation_id,
@@ -419,24 +412,21 @@ def chained(at: At, ids: Sequence[str], turn: Turn) -> list[bytes]:
         turn.run_id,
         turn.key,
     )
-    return _chain.chained(
-        at.previous,
+    return [
         (
-            (
-                ids[i - 1],
-                cid,
-                branch_id,
-                start + i,
-                run_id,
-                item.kind,
-                item.origin,
-                i == last,
-                key if i == 1 else None,
-                text,
-            )
-            for i, (item, text) in enumerate(turn.encoded, 1)
-        ),
-    )
+            ids[i - 1],
+            cid,
+            branch_id,
+            start + i,
+            run_id,
+            item.kind,
+            item.origin,
+            i == last,
+            key if i == 1 else None,
+            text,
+        )
+        for i, (item, text) in enumerate(turn.encoded, 1)
+    ]
 
 
 # -- the read forms: the head now, and what the options need to know of it ----------
@@ -509,18 +499,19 @@ def in_place(
     forms = plan(turn, kept)
     done: Written | None = None
     for form in forms:
+        state = "{}"  # a new conversation's
         if form == "create":
             done = dialect.create(cursor, turn)
-        elif form == "kept":
-            assert kept is not None
-            done = dialect.write(cursor, turn, At.head(kept))
         else:
-            head = dialect.read(cursor, turn)
-            done = None if head is None else dialect.write(cursor, turn, At.head(head))
+            head = kept if form == "kept" else dialect.read(cursor, turn)
+            if head is not None:
+                state = head[3]
+                done = dialect.write(cursor, turn, At.head(head))
         if done is not None:
             if heads is not None:
                 _, position, _, last_hash = done.written[-1]
-                heads.put(tenant, cid, (done.branch_id, position, last_hash))
+                state = state if turn.state is None else turn.state
+                heads.put(tenant, cid, (done.branch_id, position, last_hash, state))
             return done
         if form == "kept" and heads is not None:
             heads.forget(tenant, cid)

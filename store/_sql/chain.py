@@ -14,10 +14,10 @@ empty when null, head `1` or `0`), then the idempotency key as
 canonical UUIDs and the other fields hold no `:`, so no two rows encode
 alike; the payload comes last, so it needs no length.
 
-Postgres computes the same bytes in SQL in its full fast-path append
-(`content_sql`); its appends at a known head and its new conversations hash
-in the client (ADR 0029). `tests/store/test_verify.py` and the fast/general
-differential of `tests/store/test_fast_paths.py` prove they agree.
+Every writer chains in the client (`chained`, ADR 0044); Postgres computes
+the same bytes in SQL only to verify (`content_sql`). `tests/store/test_verify.py`
+and the fast/general differential of `tests/store/test_append_differential.py`
+prove they agree.
 """
 
 from __future__ import annotations

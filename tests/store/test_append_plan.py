@@ -12,7 +12,7 @@ from chatledger.store._sql.append import Head, Turn, plan
 from chatledger.store._values import NewEvent
 
 MESSAGE = (NewEvent("message.recorded", {}, origin="client"), "{}")
-KEPT: Head = ("b1", 4, bytes(32))
+KEPT: Head = ("b1", 4, bytes(32), '{"a": 1}')
 ROOT = ("{}", "{}")
 
 
@@ -75,7 +75,23 @@ CASES = [
         False,
         ("read",),
     ),
-    ("a state expected", turn(expected_state={"a": 1}), KEPT, False, False, ("read",)),
+    (
+        "the state kept expected",
+        turn(expected_state={"a": 1}),
+        KEPT,
+        False,
+        False,
+        ("kept", "read"),
+    ),
+    ("another state expected", turn(expected_state={"a": 2}), KEPT, False, False, ("read",)),
+    (
+        "a field expected absent",
+        turn(expected_state={"b": None}),
+        KEPT,
+        False,
+        False,
+        ("kept", "read"),
+    ),
     (
         "a key, ids and a state at the head kept",
         turn(key="k", named=["e"], state="{}"),
