@@ -396,8 +396,8 @@ def write_sqlite(cursor: Any, turn: Turn, at: At) -> Written | None:
     if views:
         cursor.execute(_sqlite_values(_SQLITE_VIEW, "(?, ?, ?)", len(views) // 3), views)
     if turn.named:
-        rows = [v for i in range(len(turn.named)) for v in (ids[i], cid, written[i][0])]
-        cursor.execute(_sqlite_values(_SQLITE_NAMED, "(?, ?, ?)", len(turn.named)), rows)
+        named = [v for i in range(len(turn.named)) for v in (ids[i], cid, written[i][0])]
+        cursor.execute(_sqlite_values(_SQLITE_NAMED, "(?, ?, ?)", len(turn.named)), named)
     return Written(branch_id, ids, written)
 
 

@@ -333,27 +333,30 @@ def check_cursor(cursor: RunCursor) -> None:
     check_text(cursor.owner, "lease owner")
 
 
+def _leased(conn: Connection, tenant: str, cursor: RunCursor) -> list[sa.ColumnElement[bool]]:
+    """The run row `cursor` names, still running and leased to its owner and attempt:
+    matched on the cursor's conversation and branch too, so a cursor that names
+    another conversation than its run's matches nothing."""
+    return [
+        runs.c.id == cursor.run_id,
+        runs.c.tenant == tenant,
+        runs.c.conversation_id == cursor.conversation_id,
+        runs.c.branch_id == cursor.branch_id,
+        runs.c.lease_owner == cursor.owner,
+        runs.c.attempt == cursor.attempt,
+        runs.c.status == "running",
+        runs.c.lease_expires_at > db_now(conn),
+    ]
+
+
 def _fence(
     conn: Connection, tenant: str, cursor: RunCursor, advance: int, values: dict[str, Any]
 ) -> None:
-    """Check the lease and advance the run's position, or raise and write nothing.
-
-    The run row is matched on the cursor's conversation and branch too, so a
-    cursor that names another conversation than its run's matches nothing.
-    """
+    """Check the lease (`_leased`) and advance the run's position, or raise and
+    write nothing."""
     result = conn.execute(
         runs.update()
-        .where(
-            runs.c.id == cursor.run_id,
-            runs.c.tenant == tenant,
-            runs.c.conversation_id == cursor.conversation_id,
-            runs.c.branch_id == cursor.branch_id,
-            runs.c.lease_owner == cursor.owner,
-            runs.c.attempt == cursor.attempt,
-            runs.c.status == "running",
-            runs.c.position == cursor.position,
-            runs.c.lease_expires_at > db_now(conn),
-        )
+        .where(*_leased(conn, tenant, cursor), runs.c.position == cursor.position)
         .values(position=cursor.position + advance, **values)
     )
     if result.rowcount == 1:
@@ -619,16 +622,7 @@ def renew_lease(conn: Connection, tenant: str, cursor: RunCursor, seconds: float
     check_cursor(cursor)
     result = conn.execute(
         runs.update()
-        .where(
-            runs.c.id == cursor.run_id,
-            runs.c.tenant == tenant,
-            runs.c.conversation_id == cursor.conversation_id,
-            runs.c.branch_id == cursor.branch_id,
-            runs.c.lease_owner == cursor.owner,
-            runs.c.attempt == cursor.attempt,
-            runs.c.status == "running",
-            runs.c.lease_expires_at > db_now(conn),
-        )
+        .where(*_leased(conn, tenant, cursor))
         .values(lease_expires_at=db_now_plus(conn, seconds))
     )
     if result.rowcount != 1:
