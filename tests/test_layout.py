@@ -266,6 +266,35 @@ def test_every_module_is_named_in_the_architecture() -> None:
     assert not unnamed, f"docs/architecture.md does not name: {unnamed}"
 
 
+def picture() -> dict[str, set[str]]:
+    """The tree's picture in docs/architecture.md: each folder's row (with the lines
+    that continue it), as the words it holds."""
+    text = ARCHITECTURE.read_text()
+    start = text.index("```\nstore/")
+    rows: dict[str, set[str]] = {}
+    folder = None
+    for line in text[start + 4 : text.index("```", start + 4)].splitlines():
+        found = re.match(r"(\S+/)\s", line)
+        if found:
+            folder = found.group(1)
+        if folder is not None:
+            rows.setdefault(folder, set()).update(re.findall(r"\w+", line))
+    return rows
+
+
+def test_the_architecture_picture_shows_every_module_in_its_folder() -> None:
+    """The picture of the tree names every module on its folder's row."""
+    missing = []
+    for folder, words in picture().items():
+        for module in sorted((ROOT / folder).glob("*.py")):
+            if module.stem != "__init__" and module.stem not in words:
+                missing.append(f"{folder}{module.name}")
+    packages = {str(p.parent.relative_to(ROOT)) + "/" for p in module_files().values()}
+    unpictured = sorted(f for f in packages if f not in picture() and f != "migrations/versions/")
+    assert not missing, f"the picture in docs/architecture.md leaves out: {missing}"
+    assert not unpictured, f"the picture in docs/architecture.md has no row for: {unpictured}"
+
+
 @pytest.mark.parametrize("pattern", [r"\.\./", r"(?<![\w.])/(?:work|home|tmp|root)/"])
 def test_the_architecture_points_inside_the_repository(pattern: str) -> None:
     assert not re.search(pattern, ARCHITECTURE.read_text())
