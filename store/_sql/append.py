@@ -160,7 +160,7 @@ def plan(
 
     - `create`: a new conversation and its first events (`create` with a root in
       the clear), for an append with no caller ids, state or expected state, in
-      the clear, whose `expected` admits a new head (1);
+      the clear, whose `expected` admits a new head (1, not on a branch named);
     - `kept`: at the head kept, where `expected` and `expected_state` must hold;
     - `read`: at the head read now, checked against every option (`head_for`).
 
@@ -179,6 +179,7 @@ def plan(
         and turn.expected_state is None
         and not turn.sealed
         and expected in (None, 1)
+        and turn.expected_branch is None  # a new conversation's branch: no caller knows it
     ):
         forms.append("create")
     if (

@@ -46,6 +46,14 @@ CASES = [
         False,
         ("read",),
     ),
+    (
+        "a creation expecting a branch",
+        turn(root=ROOT, expected=1, expected_branch="b1"),
+        None,
+        False,
+        False,
+        ("read",),
+    ),
     ("a creation with caller ids", turn(root=ROOT, named=["e"]), None, False, False, ("read",)),
     ("a creation with a state", turn(root=ROOT, state="{}"), None, False, False, ("read",)),
     (

@@ -23,6 +23,7 @@ from chatledger.store import (
     InvalidInputError,
     Ledger,
     Message,
+    Position,
     Store,
 )
 from chatledger.store._ops import Operations
@@ -95,6 +96,11 @@ def test_expected_counts_the_new_conversations_head(store: Store, ledger: Ledger
             ledger.append_messages(cid, turn("x"), create=True, expected=wrong)
         assert (caught.value.expected, caught.value.actual) == (wrong, 1)
     assert counts(store.engine) == before  # the conversation was not created either
+
+    # No caller knows a new conversation's branch: a head expected on one is refused.
+    with pytest.raises(ConflictError):
+        ledger.append_messages(cid, turn("x"), create=True, expected=Position(new_id(), 1))
+    assert counts(store.engine) == before
 
     appended = ledger.append_messages(cid, turn("x"), create=True, expected=1)
     assert appended.created and appended.positions == [1, 2]
