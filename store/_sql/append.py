@@ -186,7 +186,10 @@ def plan(
         kept is not None
         and expected in (None, kept[1])
         and turn.expected_branch in (None, kept[0])
-        and not _entries.changed_fields(json.loads(kept[3]), turn.expected_state)
+        and (
+            turn.expected_state is None
+            or not _entries.changed_fields(json.loads(kept[3]), turn.expected_state)
+        )
     ):
         forms.append("kept")
     forms.append("read")
@@ -955,6 +958,11 @@ def append_messages(
     branch_id, position = base.branch_id, base.position
     written: list[Event] = [] if created is None else [created]
     opened = not conv.head_open if after is None else not head_is_open(conn, cid, base)
+    head_hash = bytes(
+        conn.execute(
+            sa.select(conversations.c.head_hash).where(conversations.c.id == cid)
+        ).scalar_one()
+    )
     if opened:
         reason: BranchReason = "run" if after is None else "edit"
         run_id = turn.run_id if after is None else None
@@ -962,14 +970,13 @@ def append_messages(
         written.append(branched)
         position += 1
         previous = branched.hash
+    elif base == conv.head:
+        previous = head_hash
     else:
         previous = previous_hash(conn, cid, branch_id, position + 1)
     if base != conv.head:  # the turn replaces what followed `base` in the head's view
         projector.move_view(conn, cid, conv.head, base)
-    head_hash = conn.execute(
-        sa.select(conversations.c.head_hash).where(conversations.c.id == cid)
-    ).scalar_one()
-    seen = (conv.head.branch_id, conv.head.position, bytes(head_hash), conv.head_open)
+    seen = (conv.head.branch_id, conv.head.position, head_hash, conv.head_open)
     at = At(seen, branch_id, position, previous)
     checked = replace(turn, sealed=None)  # `check_writable` has checked the sealing
     try:
