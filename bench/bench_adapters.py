@@ -45,7 +45,7 @@ from chatledger.adapters.openai_agents import to_messages as items_to_messages
 from chatledger.adapters.pydantic_ai import LedgerConversationStore, to_messages
 from chatledger.adapters.pydantic_ai._store import _RECORD as RECORD_JSON
 from chatledger.adapters.pydantic_ai._store import RECORD, REVISION
-from chatledger.store import AsyncStore, new_id
+from chatledger.store import AsyncStore, Expected, new_id
 
 RESULTS = str(Path(__file__).resolve().parent / "RESULTS.md")
 TEXT = "The quick brown fox jumps over the lazy dog. " * 22  # ~1 KB
@@ -96,7 +96,7 @@ async def measure(url: str, turns: int) -> tuple[float, float, float]:
                 messages,
                 ids=[new_id() for _ in messages],
                 state=state,
-                expected_state={REVISION: revision},
+                expected=Expected(state={REVISION: revision}),
             )
             states.append(time.perf_counter() - start)
             revision = record.revision

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from datetime import datetime
 from typing import Any, TextIO, TypeVar
 
@@ -65,6 +65,8 @@ from chatledger.store._values import (
     Conversation,
     Entry,
     Event,
+    Expected,
+    NewConversation,
     NewEvent,
     Position,
     Run,
@@ -574,17 +576,14 @@ class AsyncLedger:
         conversation_id: str,
         messages: Sequence[Message],
         *,
-        expected: int | Position | None = None,
+        expected: int | Position | Expected | None = None,
         run_id: str | None = None,
         idempotency_key: str | None = None,
         origin: str = 'client',
-        create: bool = False,
-        metadata: dict[str, Any] | None = None,
+        create: bool | NewConversation = False,
         after: int | Position | None = None,
         ids: Sequence[str] | None = None,
         state: dict[str, Any] | None = None,
-        expected_state: Mapping[str, Any] | None = None,
-        subject: str | None = None,
     ) -> Appended:
         """Append one turn at the head, atomically, and move the head past it.
 
@@ -600,9 +599,13 @@ class AsyncLedger:
             messages: the turn's messages, in order (`Message`s or dicts in
                 the durable JSON form). May be empty when `state` is given:
                 the `state.changed` event is then appended alone.
-            expected: the head position the caller last saw; `ConflictError`
-                when another writer appended first. Without it, the append
-                goes after whatever the head is.
+            expected: what the caller expects to find, else `ConflictError`
+                and nothing is written: the head position it last saw (an
+                `int` or a `Position`), or an `Expected(head=..., state=...)`
+                whose `state` is a compare-and-set on the conversation's
+                state (each field given must hold that value now; a field
+                given as `None` must be absent). Without it, the append goes
+                after whatever the head is.
             run_id: a run id to stamp on the events.
             idempotency_key: a retried append with the same key and content
                 writes nothing and returns the original; the key with other
@@ -611,15 +614,17 @@ class AsyncLedger:
             origin: who produced the messages, as the log records it:
                 `"client"` (the default: the caller), `"run"` (a model run)
                 or `"repair"`.
-            create: create the conversation, with `metadata` and the id
-                `conversation_id`, when the tenant has none by that id, in the
-                same transaction as the append (one round trip on the fast
-                path): for a backend that mints its own conversation ids.
+            create: create the conversation with the id `conversation_id`
+                when the tenant has none by that id, in the same transaction
+                as the append (one round trip on the fast path): for a
+                backend that mints its own conversation ids. `True`, or a
+                `NewConversation(metadata=..., subject=...)` with the new
+                conversation's metadata and, on a store with a key-encryption
+                key, its erasure subject (docs/erasure.md).
                 `Appended.created` says whether it did. Pass it for a
                 conversation you expect to be new: on an existing one the
                 append costs one more statement. An id another tenant holds
                 is the `ConflictError` of `create_conversation`.
-            metadata: the new conversation's metadata; only with `create`.
             after: append after this position of the head's history instead
                 of at the head, replacing what followed it there (it stays in
                 the log, on its branch): a framework rewriting the tail of a
@@ -632,12 +637,6 @@ class AsyncLedger:
             state: the conversation's new state (a JSON object), recorded as
                 a `state.changed` event after the messages and returned by
                 `conversation(...).state`.
-            expected_state: a compare-and-set on the state: each field given
-                must hold that value now (a field given as `None` must be
-                absent), else `ConflictError` and nothing is written.
-            subject: the erasure subject of a sealed conversation that
-                `create` creates (docs/erasure.md); only with `create`, on a
-                store with a key-encryption key.
 
         Returns:
             The events written, the new head, whether the conversation was
@@ -648,8 +647,8 @@ class AsyncLedger:
         Raises:
             InvalidInputError: an option is malformed (the message names it).
             NotFoundError: no such conversation in this tenant.
-            ConflictError: `expected`, `expected_state` or an id no longer
-                holds; reload and retry.
+            ConflictError: `expected` or an id no longer holds; reload and
+                retry.
         """
         return await adrive(
             self._ops.append_messages(
@@ -660,12 +659,9 @@ class AsyncLedger:
                 idempotency_key=idempotency_key,
                 origin=origin,
                 create=create,
-                metadata=metadata,
                 after=after,
                 ids=ids,
                 state=state,
-                expected_state=expected_state,
-                subject=subject,
             ),
             self._store.execute,
         )
@@ -706,19 +702,14 @@ class AsyncLedger:
         conversation_id: str,
         to: int | Position,
         *,
-        expected: Position | None = None,
+        expected: Position | Expected | None = None,
         state: dict[str, Any] | None = None,
-        expected_state: Mapping[str, Any] | None = None,
     ) -> Conversation:
-        """Move the head to `to` (compare-and-set against `expected` when given)."""
+        """Move the head to `to`: compare-and-set against `expected` when given (the
+        head `Position` the caller last saw, or an `Expected` with it and the state
+        fields that must hold), and set the state to `state` when given."""
         return await self._store.execute(
-            self._ops.move_head(
-                conversation_id,
-                to,
-                expected=expected,
-                state=state,
-                expected_state=expected_state,
-            )
+            self._ops.move_head(conversation_id, to, expected=expected, state=state)
         )
 
     async def erase(self, subject: str, *, reason: str) -> Erasure:

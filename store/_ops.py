@@ -66,6 +66,8 @@ from chatledger.store._values import (
     Conversation,
     Entry,
     Event,
+    Expected,
+    NewConversation,
     NewEvent,
     Origin,
     Position,
@@ -380,17 +382,14 @@ class Operations:
         conversation_id: str,
         messages: Sequence[Message],
         *,
-        expected: int | Position | None = None,
+        expected: int | Position | Expected | None = None,
         run_id: str | None = None,
         idempotency_key: str | None = None,
         origin: str = "client",
-        create: bool = False,
-        metadata: dict[str, Any] | None = None,
+        create: bool | NewConversation = False,
         after: int | Position | None = None,
         ids: Sequence[str] | None = None,
         state: dict[str, Any] | None = None,
-        expected_state: Mapping[str, Any] | None = None,
-        subject: str | None = None,
     ) -> Program[Appended]:
         """Append one turn at the head, atomically, and move the head past it.
 
@@ -406,9 +405,13 @@ class Operations:
             messages: the turn's messages, in order (`Message`s or dicts in
                 the durable JSON form). May be empty when `state` is given:
                 the `state.changed` event is then appended alone.
-            expected: the head position the caller last saw; `ConflictError`
-                when another writer appended first. Without it, the append
-                goes after whatever the head is.
+            expected: what the caller expects to find, else `ConflictError`
+                and nothing is written: the head position it last saw (an
+                `int` or a `Position`), or an `Expected(head=..., state=...)`
+                whose `state` is a compare-and-set on the conversation's
+                state (each field given must hold that value now; a field
+                given as `None` must be absent). Without it, the append goes
+                after whatever the head is.
             run_id: a run id to stamp on the events.
             idempotency_key: a retried append with the same key and content
                 writes nothing and returns the original; the key with other
@@ -417,15 +420,17 @@ class Operations:
             origin: who produced the messages, as the log records it:
                 `"client"` (the default: the caller), `"run"` (a model run)
                 or `"repair"`.
-            create: create the conversation, with `metadata` and the id
-                `conversation_id`, when the tenant has none by that id, in the
-                same transaction as the append (one round trip on the fast
-                path): for a backend that mints its own conversation ids.
+            create: create the conversation with the id `conversation_id`
+                when the tenant has none by that id, in the same transaction
+                as the append (one round trip on the fast path): for a
+                backend that mints its own conversation ids. `True`, or a
+                `NewConversation(metadata=..., subject=...)` with the new
+                conversation's metadata and, on a store with a key-encryption
+                key, its erasure subject (docs/erasure.md).
                 `Appended.created` says whether it did. Pass it for a
                 conversation you expect to be new: on an existing one the
                 append costs one more statement. An id another tenant holds
                 is the `ConflictError` of `create_conversation`.
-            metadata: the new conversation's metadata; only with `create`.
             after: append after this position of the head's history instead
                 of at the head, replacing what followed it there (it stays in
                 the log, on its branch): a framework rewriting the tail of a
@@ -438,12 +443,6 @@ class Operations:
             state: the conversation's new state (a JSON object), recorded as
                 a `state.changed` event after the messages and returned by
                 `conversation(...).state`.
-            expected_state: a compare-and-set on the state: each field given
-                must hold that value now (a field given as `None` must be
-                absent), else `ConflictError` and nothing is written.
-            subject: the erasure subject of a sealed conversation that
-                `create` creates (docs/erasure.md); only with `create`, on a
-                store with a key-encryption key.
 
         Returns:
             The events written, the new head, whether the conversation was
@@ -454,8 +453,8 @@ class Operations:
         Raises:
             InvalidInputError: an option is malformed (the message names it).
             NotFoundError: no such conversation in this tenant.
-            ConflictError: `expected`, `expected_state` or an id no longer
-                holds; reload and retry.
+            ConflictError: `expected` or an id no longer holds; reload and
+                retry.
         """
         if isinstance(messages, Message | dict | str | bytes) or not isinstance(messages, Sequence):
             raise InvalidInputError(
@@ -465,13 +464,15 @@ class Operations:
         # Every option is checked here, before either path: the fast paths
         # write without passing through `_append.append_messages`.
         check_id(conversation_id, "conversation")
-        _append.check_append_options(expected, run_id, idempotency_key)
-        root = _root_if(create, self.tenant, metadata)
+        if not isinstance(expected, Expected):
+            expected = Expected(head=expected)
+        expected_state = expected.state
+        _append.check_append_options(expected.head, run_id, idempotency_key)
+        new = _new_conversation(create)
+        create = new is not None
+        metadata, subject = (None, None) if new is None else (new.metadata, new.subject)
+        root = None if new is None else _log.encode_root(self.tenant, metadata)
         if subject is not None:
-            if not create:
-                raise InvalidInputError(
-                    "subject is for the conversation an append creates: pass it with create=True."
-                )
             _keys.check_subject(subject)
         clear = _log.encode_events(
             [NewEvent.of_message(_as_message(m), origin=origin) for m in messages]  # type: ignore[arg-type]
@@ -483,7 +484,7 @@ class Operations:
         _check_expected_state(expected_state)
         if state is not None and state_text is not None:  # the last event (or the only one)
             clear.append(_entries.state_changed(state, state_text))
-        tenant = self.tenant
+        tenant, head = self.tenant, expected.head
         if after is not None:
             self._moving_head(conversation_id)  # the general path appends after a position
 
@@ -498,8 +499,8 @@ class Operations:
                 key=idempotency_key,
                 named=minted,
                 state=state_text,
-                expected=expected.position if isinstance(expected, Position) else expected,
-                expected_branch=expected.branch_id if isinstance(expected, Position) else None,
+                expected=head.position if isinstance(head, Position) else head,
+                expected_branch=head.branch_id if isinstance(head, Position) else None,
                 expected_state=expected_state,
                 sealed=seal.sealed,
                 # A sealed creation goes through the general path (its key is
@@ -700,11 +701,19 @@ class Operations:
         conversation_id: str,
         to: int | Position,
         *,
-        expected: Position | None = None,
+        expected: Position | Expected | None = None,
         state: dict[str, Any] | None = None,
-        expected_state: Mapping[str, Any] | None = None,
     ) -> Op[Conversation]:
-        """Move the head to `to` (compare-and-set against `expected` when given)."""
+        """Move the head to `to`: compare-and-set against `expected` when given (the
+        head `Position` the caller last saw, or an `Expected` with it and the state
+        fields that must hold), and set the state to `state` when given."""
+        if not isinstance(expected, Expected):
+            expected = Expected(head=expected)
+        head, expected_state = expected.head, expected.state
+        if head is not None and not isinstance(head, Position):
+            raise InvalidInputError(
+                f"move_head's expected head is the Position the caller last saw, not {head!r}."
+            )
         state_text = None if state is None else _entries.encode_state(state)
         _check_expected_state(expected_state)
         self._moving_head(conversation_id)
@@ -716,7 +725,7 @@ class Operations:
                 self.tenant,
                 conversation_id,
                 to,
-                expected=expected,
+                expected=head,
                 state=state_text,
                 expected_state=expected_state,
             ),
@@ -1343,10 +1352,10 @@ def _check_expected_state(expected: object) -> None:
         return
     if not isinstance(expected, Mapping):
         raise InvalidInputError(
-            f"expected_state must be a dict of the state fields to compare, not "
+            f"Expected's state must be a dict of the state fields to compare, not "
             f"{type(expected).__name__}."
         )
-    _entries.encode_state(dict(expected), "expected_state")
+    _entries.encode_state(dict(expected), "expected state")
 
 
 def _subject_needs(subject: str | None, seal: Seal) -> Seal:
@@ -1359,19 +1368,18 @@ def _subject_needs(subject: str | None, seal: Seal) -> Seal:
     return seal
 
 
-def _root_if(create: bool, tenant: str, metadata: Any) -> tuple[str, str] | None:
-    """For `append_messages(create=True)`: the new conversation's metadata text and
-    `conversation.created` payload, checked before anything is written."""
-    if not isinstance(create, bool):
-        raise InvalidInputError(f"create must be True or False, not {create!r}.")
-    if create:
-        return _log.encode_root(tenant, metadata)
-    if metadata is not None:
+def _new_conversation(create: object) -> NewConversation | None:
+    """`append_messages`'s `create`, checked: the conversation to create, if any."""
+    if create is True:
+        return NewConversation()
+    if create is False:
+        return None
+    if not isinstance(create, NewConversation):
         raise InvalidInputError(
-            "metadata is for the conversation an append creates: pass it with create=True, "
-            "or give it to create_conversation."
+            f"create is True, False or a NewConversation(metadata=..., subject=...), "
+            f"not {create!r}."
         )
-    return None
+    return create
 
 
 def _as_message(value: Message | dict[str, Any]) -> Message:

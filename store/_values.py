@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
@@ -22,7 +23,9 @@ __all__ = [
     "Entry",
     "Event",
     "EventKind",
+    "Expected",
     "ForkPoint",
+    "NewConversation",
     "NewEvent",
     "Origin",
     "Position",
@@ -106,6 +109,39 @@ class Position:
 
     branch_id: str
     position: int
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What an append expects to find, else `ConflictError` and nothing written
+    (`append_messages(expected=Expected(head=..., state=...))`; `expected=3` or a
+    `Position` is the head alone).
+
+    Attributes:
+        head: the head position the caller last saw (an `int` counts events on
+            the head's lineage; a `Position` names its branch too).
+        state: a compare-and-set on the conversation's state: each field given
+            must hold that value now (a field given as `None` must be absent).
+    """
+
+    head: int | Position | None = None
+    state: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class NewConversation:
+    """The conversation an append creates when the tenant has none by its id
+    (`append_messages(create=NewConversation(...))`; `create=True` is one with
+    neither).
+
+    Attributes:
+        metadata: the new conversation's metadata (a JSON object).
+        subject: the erasure subject of the sealed conversation it creates
+            (docs/erasure.md), on a store with a key-encryption key.
+    """
+
+    metadata: dict[str, Any] | None = None
+    subject: str | None = None
 
 
 @dataclass(frozen=True)

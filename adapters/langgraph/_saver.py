@@ -63,6 +63,7 @@ from chatledger.store import (
     AsyncLedger,
     ConflictError,
     ErasedError,
+    Expected,
     InvalidInputError,
     Ledger,
     NotFoundError,
@@ -611,7 +612,7 @@ class Saver(BaseCheckpointSaver[str]):
                 conversation_id,
                 messages,
                 state=state,
-                expected_state={"tip": after},
+                expected=Expected(state={"tip": after}),
                 run_id=run_id,
             )
         except ConflictError:  # the head's line continues another checkpoint
@@ -649,7 +650,7 @@ class Saver(BaseCheckpointSaver[str]):
                     conversation_id,
                     [],
                     state={"tip": tip, **record},
-                    expected_state={"tip": tip},
+                    expected=Expected(state={"tip": tip}),
                 )
             except ConflictError:  # the line ends with another checkpoint
                 continue

@@ -13,7 +13,7 @@ that points at the newest, and a revision that changes on every save. Here:
 - the record (usage, deferred tool requests, scope, branches, revision, the
   head entry) is the conversation's chatledger state, and every write is one
   chatledger transaction that compare-and-sets its revision
-  (`expected_state`) with the messages it appends: a save appends at the head,
+  (`Expected(state=...)`) with the messages it appends: a save appends at the head,
   or after an earlier entry when the history was rewritten (the old tail stays
   in the log, on its branch); `branch` is a head move; a save with no new
   message changes the state alone;
@@ -53,6 +53,7 @@ from chatledger.store import (
     ConflictError,
     Conversation,
     Entry,
+    Expected,
     NotFoundError,
     Position,
     new_id,
@@ -228,12 +229,12 @@ class LedgerConversationStore(ConversationStore):
                 elif record.head_id != (stored.head_id if stored is not None else None):
                     to = await self._after(record.head_id)
                     moved = await self.ledger.move_head(
-                        ledger_id, to, state=state, expected_state=expected
+                        ledger_id, to, state=state, expected=Expected(state=expected)
                     )
                     head = moved.head
                 else:
                     changed = await self.ledger.append_messages(
-                        ledger_id, [], state=state, expected_state=expected
+                        ledger_id, [], state=state, expected=Expected(state=expected)
                     )
                     head = changed.head
         except ConflictError as error:
@@ -253,7 +254,7 @@ class LedgerConversationStore(ConversationStore):
                 conv.id,
                 [],
                 state={REVISION: new_id(), RECORD: None},
-                expected_state={REVISION: expected_revision},
+                expected=Expected(state={REVISION: expected_revision}),
             )
         except ConflictError as error:
             raise ConversationConflict(conversation_id) from error
@@ -334,7 +335,7 @@ class LedgerConversationStore(ConversationStore):
                 at.conversation_id, at=at.position, key=record.conversation_id
             )
         changed = await self.ledger.append_messages(
-            conv.id, [], state=state, expected_state={REVISION: None}
+            conv.id, [], state=state, expected=Expected(state={REVISION: None})
         )
         return conv.id, changed.head
 
@@ -370,9 +371,8 @@ class LedgerConversationStore(ConversationStore):
                     ledger_id,
                     messages,
                     ids=ids,
-                    expected=head,
+                    expected=Expected(head=head, state=expected),
                     state=state,
-                    expected_state=expected,
                 )
                 return appended.head
             except ConflictError as error:
@@ -381,7 +381,12 @@ class LedgerConversationStore(ConversationStore):
                 # Another writer moved the head: go after the parent entry instead.
         after = await self._after(parent)
         appended = await self.ledger.append_messages(
-            ledger_id, messages, ids=ids, after=after, state=state, expected_state=expected
+            ledger_id,
+            messages,
+            ids=ids,
+            after=after,
+            state=state,
+            expected=Expected(state=expected),
         )
         return appended.head
 

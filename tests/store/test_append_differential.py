@@ -45,8 +45,10 @@ from chatledger.store import (
     AsyncStore,
     ChatledgerError,
     EncryptionError,
+    Expected,
     Ledger,
     Message,
+    NewConversation,
     Position,
     Store,
     ToolCall,
@@ -126,9 +128,8 @@ def _mostly_none(values: st.SearchStrategy[T]) -> st.SearchStrategy[T | None]:
 @st.composite
 def appends(draw: st.DrawFn) -> Append:
     create = draw(st.booleans())
-    # Options that belong to a creation come mostly with it, and now and then
-    # without, where every form must refuse them alike.
-    with_create = st.booleans() if create else st.sampled_from([False] * 9 + [True])
+    # What belongs to a creation (a `NewConversation`) comes with it only.
+    with_create = st.booleans() if create else st.just(False)
     messages = draw(
         st.lists(
             st.integers(0, len(POOL) - 1),
@@ -282,26 +283,26 @@ class Run:
     def append(self, cid: str, head: Position | None, step: Append) -> Any:
         options: dict[str, Any] = {"origin": step.origin}
         if step.create:
-            options["create"] = True
-        if step.metadata is not None:
-            options["metadata"] = step.metadata
-        if step.subject is not None:
-            options["subject"] = step.subject
+            new = NewConversation(metadata=step.metadata, subject=step.subject)
+            options["create"] = True if new == NewConversation() else new
+        expected: int | Position | None = None
         if step.expected is not None:
             form, offset = step.expected
             position = (head.position if head is not None else 1) + offset
             if form == "branch" and head is not None:
-                options["expected"] = Position(head.branch_id, max(position, 0))
+                expected = Position(head.branch_id, max(position, 0))
             else:
-                options["expected"] = max(position, 0)
+                expected = max(position, 0)
+        if step.expected_state is not None:
+            options["expected"] = Expected(head=expected, state=step.expected_state)
+        elif expected is not None:
+            options["expected"] = expected
         if step.key is not None:
             options["idempotency_key"] = step.key
         if step.ids is not None:
             options["ids"] = [self.ids.setdefault(n, new_id()) for n in step.ids]
         if step.state is not None:
             options["state"] = step.state
-        if step.expected_state is not None:
-            options["expected_state"] = step.expected_state
         if step.after is not None:
             options["after"] = max((head.position if head is not None else 1) - step.after, 1)
         if step.run is not None:
@@ -503,5 +504,5 @@ def test_a_subject_on_a_store_that_seals_nothing_is_refused_by_every_form(store:
     ledger = store.tenant(f"subject-{uuid.uuid4().hex[:8]}")
     cid = new_id()
     with pytest.raises(EncryptionError, match="seals nothing"):
-        ledger.append_messages(cid, [POOL[0]], create=True, subject="person-1")
+        ledger.append_messages(cid, [POOL[0]], create=NewConversation(subject="person-1"))
     assert ledger.conversations() == []

@@ -23,6 +23,7 @@ from chatledger.store import (
     AsyncStore,
     ChatledgerError,
     ConflictError,
+    Expected,
     InvalidInputError,
     Ledger,
     Message,
@@ -442,7 +443,9 @@ OPERATIONS: dict[str, tuple[Callable[..., object], st.SearchStrategy[Any]]] = {
         _ID,
     ),
     "record payload": (
-        lambda ledger, conv, cursor, v: ledger.runs.record(cursor, [NewEvent("model.responded", v)]),
+        lambda ledger, conv, cursor, v: ledger.runs.record(
+            cursor, [NewEvent("model.responded", v)]
+        ),
         _JSON,
     ),
     "record key": (
@@ -497,9 +500,14 @@ OPERATIONS: dict[str, tuple[Callable[..., object], st.SearchStrategy[Any]]] = {
         lambda ledger, conv, cursor, v: ledger.append_messages(conv.id, [user("x")], after=v),
         _INT,
     ),
-    "set_state": (lambda ledger, conv, cursor, v: ledger.append_messages(conv.id, [], state={"v": v}), _JSON),
+    "set_state": (
+        lambda ledger, conv, cursor, v: ledger.append_messages(conv.id, [], state={"v": v}),
+        _JSON,
+    ),
     "set_state expected": (
-        lambda ledger, conv, cursor, v: ledger.append_messages(conv.id, [], state={}, expected_state={"v": v}),
+        lambda ledger, conv, cursor, v: ledger.append_messages(
+            conv.id, [], state={}, expected=Expected(state={"v": v})
+        ),
         _JSON,
     ),
 }

@@ -23,6 +23,7 @@ from chatledger.store import (
     InvalidInputError,
     Ledger,
     Message,
+    NewConversation,
     Position,
     Store,
 )
@@ -36,7 +37,7 @@ from tests.store.test_fast_paths import anonymized, counts, shape
 def test_a_first_append_creates_the_conversation_and_appends_in_one_go(ledger: Ledger) -> None:
     cid = new_id()
     appended = ledger.append_messages(
-        cid, turn("hello", "hi"), create=True, metadata={"user": "u1"}
+        cid, turn("hello", "hi"), create=NewConversation(metadata={"user": "u1"})
     )
 
     assert appended.created
@@ -62,7 +63,9 @@ def test_create_on_a_conversation_the_tenant_has_appends_to_it(ledger: Ledger) -
     first = ledger.append_messages(conv.id, turn("one"), create=True)
     cid = new_id()
     ledger.append_messages(cid, turn("a"), create=True)
-    second = ledger.append_messages(cid, turn("b"), create=True, metadata={"ignored": True})
+    second = ledger.append_messages(
+        cid, turn("b"), create=NewConversation(metadata={"ignored": True})
+    )
 
     assert not first.created and first.positions == [2]
     assert not second.created and second.positions == [3]
@@ -126,11 +129,11 @@ def test_another_tenants_id_is_the_taken_conflict_and_writes_nothing(store: Stor
 @pytest.mark.parametrize(
     ("options", "says"),
     [
-        ({"metadata": {"k": "v"}}, "pass it with create=True"),
-        ({"create": "yes"}, "create must be True or False"),
-        ({"create": 1}, "create must be True or False"),
-        ({"create": True, "metadata": ["a"]}, "metadata must be a dict"),
-        ({"create": True, "metadata": {"when": {1, 2}}}, "metadata"),
+        ({"create": "yes"}, "create is True, False or a NewConversation"),
+        ({"create": 1}, "create is True, False or a NewConversation"),
+        ({"create": {"metadata": {"k": "v"}}}, "create is True, False or a NewConversation"),
+        ({"create": NewConversation(metadata=["a"])}, "metadata must be a dict"),  # type: ignore[arg-type]
+        ({"create": NewConversation(metadata={"when": {1, 2}})}, "metadata"),
     ],
 )
 def test_bad_create_options_are_refused_before_anything_is_written(
@@ -216,14 +219,14 @@ def first_appends(engine: sa.Engine, ledger: Ledger) -> list[Any]:
     names: dict[str, str] = {}
     fresh = [new_id() for _ in range(3)]
     calls: list[tuple[str, list[Message], dict[str, Any]]] = [
-        (fresh[0], turn("a", "b", "c"), {"metadata": {"m": 1}}),
+        (fresh[0], turn("a", "b", "c"), {"create": NewConversation(metadata={"m": 1})}),
         (fresh[1], turn("keyed"), {"idempotency_key": "k"}),
         (fresh[1], turn("keyed"), {"idempotency_key": "k"}),
         (fresh[2], turn("run"), {"run_id": new_id(), "origin": "repair", "expected": 1}),
         (fresh[2], turn("more"), {}),
     ]
     for cid, messages, options in calls:
-        a = ledger.append_messages(cid, messages, create=True, **options)
+        a = ledger.append_messages(cid, messages, **{"create": True, **options})
         # What it returned is what the log holds (a replay returns the original).
         assert a.events[-1] == ledger.events(conversation_id=cid)[-1]
         steps.append(
@@ -282,7 +285,9 @@ async def test_the_async_store_creates_on_append(database_url: str, fast_paths: 
     async with AsyncStore.open(database_url, fast_paths=fast_paths) as store:
         ledger = store.tenant(f"async-{uuid.uuid4().hex[:8]}")
         cid = new_id()
-        appended = await ledger.append_messages(cid, turn("q", "a"), create=True, metadata={"k": 1})
+        appended = await ledger.append_messages(
+            cid, turn("q", "a"), create=NewConversation(metadata={"k": 1})
+        )
         again = await ledger.append_messages(cid, turn("q2"), create=True)
         assert appended.created and not again.created
         assert appended.events == (await ledger.events(conversation_id=cid))[:3]

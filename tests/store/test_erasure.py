@@ -26,6 +26,7 @@ from chatledger.store import (
     Ledger,
     LocalKek,
     Message,
+    NewConversation,
     NewEvent,
     NotFoundError,
     Store,
@@ -124,7 +125,7 @@ def test_every_way_of_writing_content_seals_it(sealed_store: Store, sealed: Ledg
     marker = f"m-{uuid.uuid4().hex}"
     cid = str(uuid.uuid4())
     created = sealed.append_messages(
-        cid, [Message(role="user", content=marker)], create=True, metadata={"m": marker}
+        cid, [Message(role="user", content=marker)], create=NewConversation(metadata={"m": marker})
     )
     assert created.created
     cursor = sealed.runs.start(
@@ -207,9 +208,17 @@ def test_bad_subjects_and_reasons_are_refused(sealed: Ledger) -> None:
         sealed.create_conversation(subject="x" * 201)
     with pytest.raises(InvalidInputError):
         sealed.erase("someone", reason="x" * 1001)
-    with pytest.raises(InvalidInputError, match="create=True"):
+    with pytest.raises(InvalidInputError, match="NewConversation"):
         sealed.append_messages(
-            str(uuid.uuid4()), [Message(role="user", content="hi")], subject="someone"
+            str(uuid.uuid4()),
+            [Message(role="user", content="hi")],
+            create="someone",  # type: ignore[arg-type]
+        )
+    with pytest.raises(InvalidInputError):
+        sealed.append_messages(
+            str(uuid.uuid4()),
+            [Message(role="user", content="hi")],
+            create=NewConversation(subject=""),
         )
     with pytest.raises(NotFoundError):
         sealed.erase("nobody", reason="no such subject")
@@ -840,7 +849,9 @@ def test_a_seal_read_in_a_rolled_back_transaction_is_not_kept_for_later_writes(
     ops = Operations(sealed.tenant, sealed_store.message_cache, sealed_store._sealer)
     with sealed_store.engine.connect() as caller:
         caller.begin()
-        sealed_store.execute(ops.create_conversation(conversation_id=cid, subject="rolled-back"), caller)
+        sealed_store.execute(
+            ops.create_conversation(conversation_id=cid, subject="rolled-back"), caller
+        )
         turn = next(ops.append_messages(cid, _turn("inside")))
         sealed_store.execute(turn, caller)
         caller.rollback()

@@ -25,6 +25,7 @@ from chatledger.store import (
     Conversation,
     ErasedError,
     Event,
+    Expected,
     HistoryRepair,
     Ledger,
     Message,
@@ -107,9 +108,10 @@ def test_a_state_change_alone_is_a_fast_append_that_keeps_the_tail(
         call = Message(role="assistant", tool_calls=[ToolCall(id="c1", name="look_up")])
         ledger.append_messages(conv.id, [call])
         with statements(store.engine) as seen:
-            ledger.append_messages(conv.id, [], state={"tip": "a"}, expected_state={})
+            ledger.append_messages(conv.id, [], state={"tip": "a"}, expected=Expected(state={}))
             answered = ledger.append_messages(
-                conv.id, [Message(role="tool", tool_call_id="c1", tool_name="look_up", content="ok")]
+                conv.id,
+                [Message(role="tool", tool_call_id="c1", tool_name="look_up", content="ok")],
             )
         assert answered.repair == HistoryRepair()
         assert ledger.conversation(conv.id).state == {"tip": "a"}

@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from chatledger.store import (
     AsyncStore,
     ConflictError,
+    Expected,
     InvalidInputError,
     Ledger,
     NotFoundError,
@@ -254,23 +255,36 @@ def test_state_changes_by_compare_and_set_as_events(store: Store, ledger: Ledger
 
     before = counts(store)
     with pytest.raises(ConflictError, match="'revision' no longer holds its expected value"):
-        ledger.append_messages(conv.id, [], state={"revision": "r2"}, expected_state={"revision": "r0"})
-    with pytest.raises(ConflictError):
         ledger.append_messages(
-            conv.id, turn("x"), state={"revision": "r2"}, expected_state={"revision": "r0"}
+            conv.id, [], state={"revision": "r2"}, expected=Expected(state={"revision": "r0"})
         )
     with pytest.raises(ConflictError):
-        ledger.move_head(conv.id, 1, state={"revision": "r2"}, expected_state={"revision": "r0"})
+        ledger.append_messages(
+            conv.id,
+            turn("x"),
+            state={"revision": "r2"},
+            expected=Expected(state={"revision": "r0"}),
+        )
+    with pytest.raises(ConflictError):
+        ledger.move_head(
+            conv.id, 1, state={"revision": "r2"}, expected=Expected(state={"revision": "r0"})
+        )
     assert counts(store) == before
 
     appended = ledger.append_messages(
-        conv.id, turn("q", "a"), state={"revision": "r2"}, expected_state={"revision": "r1"}
+        conv.id,
+        turn("q", "a"),
+        state={"revision": "r2"},
+        expected=Expected(state={"revision": "r1"}),
     )
     assert [e.kind for e in appended.events][-1] == "state.changed"
     assert appended.head == ledger.conversation(conv.id).head
     assert [m.content for m in ledger.history(conv.id)] == ["q", "a"]
     moved = ledger.move_head(
-        conv.id, 1, state={"revision": "r3"}, expected_state={"revision": "r2", "gone": None}
+        conv.id,
+        1,
+        state={"revision": "r3"},
+        expected=Expected(state={"revision": "r2", "gone": None}),
     )
     assert moved.state == {"revision": "r3"} and ledger.history(conv.id) == []
     changes = [
@@ -282,15 +296,21 @@ def test_state_changes_by_compare_and_set_as_events(store: Store, ledger: Ledger
 
 def test_a_state_change_alone_is_an_append(store: Store, ledger: Ledger) -> None:
     conv = ledger.create_conversation()
-    first = ledger.append_messages(conv.id, [], state={"tip": "c1"}, expected_state={"tip": None})
+    first = ledger.append_messages(
+        conv.id, [], state={"tip": "c1"}, expected=Expected(state={"tip": None})
+    )
     assert [e.kind for e in first.events] == ["state.changed"] and first.head.position == 2
     before = counts(store)
     with pytest.raises(ConflictError):
-        ledger.append_messages(conv.id, [], state={"tip": "c2"}, expected_state={"tip": "c0"})
+        ledger.append_messages(
+            conv.id, [], state={"tip": "c2"}, expected=Expected(state={"tip": "c0"})
+        )
     with pytest.raises(InvalidInputError, match="at least one message, or a state"):
         ledger.append_messages(conv.id, [])
     assert counts(store) == before
-    ledger.append_messages(conv.id, turn("q"), state={"tip": "c2"}, expected_state={"tip": "c1"})
+    ledger.append_messages(
+        conv.id, turn("q"), state={"tip": "c2"}, expected=Expected(state={"tip": "c1"})
+    )
     run = new_id()
     aside = ledger.append_messages(conv.id, [], after=first.head, state={"tip": "c3"}, run_id=run)
     assert aside.head.branch_id != first.head.branch_id  # an edit branch after c1
@@ -353,8 +373,8 @@ def test_state_changes_while_a_run_writes_past_the_head(ledger: Ledger) -> None:
     [
         {"state": ["not", "a", "dict"]},
         {"state": {"when": {1}}},
-        {"expected_state": "r1"},
-        {"expected_state": {"x": float("nan")}},
+        {"expected": Expected(state="r1")},  # type: ignore[arg-type]
+        {"expected": Expected(state={"x": float("nan")})},
         {"after": "2"},
         {"after": -1},
     ],
@@ -378,7 +398,7 @@ async def test_the_async_ledger_has_the_primitives(database_url: str, fast_paths
         assert (await ledger.conversation_by_key("session")).state == {"r": 1}
         assert [e.event_id for e in await ledger.entries(conv.id)] == ids
         assert (await ledger.entry(ids[1])).message.content == "a"
-        await ledger.append_messages(conv.id, [], state={"r": 2}, expected_state={"r": 1})
+        await ledger.append_messages(conv.id, [], state={"r": 2}, expected=Expected(state={"r": 1}))
         entries = await ledger.entries(conv.id, last=1)
         moved = await ledger.move_head(conv.id, entries[0].position, state={"r": 3})
         assert moved.state == {"r": 3}
@@ -396,31 +416,35 @@ def test_a_state_holding_nul_is_compared_and_set_like_any_other(
     conv = ledger.create_conversation()
     ledger.append_messages(conv.id, [], state={"note": "a\x00b", "rev": 1})
     appended = ledger.append_messages(
-        conv.id, turn("hi"), state={"rev": 2}, expected_state={"rev": 1}
+        conv.id, turn("hi"), state={"rev": 2}, expected=Expected(state={"rev": 1})
     )
     assert ledger.conversation(conv.id).state == {"rev": 2}
     ledger.append_messages(conv.id, [], state={"note": "a\x00b"})
     before = counts(store)
     with pytest.raises(ConflictError):
-        ledger.append_messages(conv.id, turn("x"), expected_state={"note": "a\x00c"})
+        ledger.append_messages(conv.id, turn("x"), expected=Expected(state={"note": "a\x00c"}))
     assert counts(store) == before
-    ledger.append_messages(conv.id, turn("y"), expected_state={"note": "a\x00b"})
+    ledger.append_messages(conv.id, turn("y"), expected=Expected(state={"note": "a\x00b"}))
     assert appended.head.position < ledger.conversation(conv.id).head.position
 
 
 def test_the_compare_and_set_tells_booleans_from_numbers(store: Store, ledger: Ledger) -> None:
     conv = ledger.create_conversation()
-    ledger.append_messages(conv.id, [], state={"done": 1, "n": 0, "x": 1.0, "deep": [True, {"k": 2}]})
+    ledger.append_messages(
+        conv.id, [], state={"done": 1, "n": 0, "x": 1.0, "deep": [True, {"k": 2}]}
+    )
     before = counts(store)
     for wrong in ({"done": True}, {"n": False}, {"deep": [1, {"k": 2}]}, {"deep": [True]}):
         with pytest.raises(ConflictError):
-            ledger.append_messages(conv.id, turn("x"), expected_state=wrong)
+            ledger.append_messages(conv.id, turn("x"), expected=Expected(state=wrong))
         with pytest.raises(ConflictError):
-            ledger.append_messages(conv.id, [], state={}, expected_state=wrong)
+            ledger.append_messages(conv.id, [], state={}, expected=Expected(state=wrong))
     assert counts(store) == before
     # Numbers compare by value, as JSON numbers do.
     ledger.append_messages(
-        conv.id, turn("ok"), expected_state={"done": 1.0, "x": 1, "deep": [True, {"k": 2.0}]}
+        conv.id,
+        turn("ok"),
+        expected=Expected(state={"done": 1.0, "x": 1, "deep": [True, {"k": 2.0}]}),
     )
 
 
