@@ -9,7 +9,9 @@ Postgres half is skipped, except under `CI=true`, where it fails loudly.
 A test that takes `store` (or `ledger`) runs twice more, on each backend with
 the store's fast paths off (ids `sqlite-general`, `postgres-general`): the
 hot operations' plain-SQL forms and their general path must give the same
-results, and the conformance suite is what holds them to it.
+results. The conformance suite (tests/conformance/) runs twice more again,
+its `ledger` an `AsyncLedger` on each backend (ids `sqlite-async`,
+`postgres-async`), called as a `Ledger` is: both faces keep every behaviour.
 """
 
 from __future__ import annotations
@@ -35,6 +37,13 @@ BACKENDS = ["sqlite", "postgres"]
 STORE_VARIANTS = [
     *[pytest.param(b, True, id=b) for b in BACKENDS],
     *[pytest.param(b, False, id=f"{b}-general") for b in BACKENDS],
+]
+# (backend, fast_paths, face) for the conformance suite (tests/conformance/): every
+# store variant on the sync face, and the async face with the store as shipped (the
+# general path is the same code under both faces).
+FACE_VARIANTS = [
+    *[pytest.param(*p.values, "sync", id=p.id) for p in STORE_VARIANTS],
+    *[pytest.param(b, True, "async", id=f"{b}-async") for b in BACKENDS],
 ]
 
 
@@ -67,7 +76,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     general_runs = (
         metafunc.definition.get_closest_marker("fast_paths_only") is None and not engine_test
     )
-    if "fast_paths" in metafunc.fixturenames and "fast_paths" not in marked and general_runs:
+    if "face" in metafunc.fixturenames and "fast_paths" not in marked and general_runs:
+        metafunc.parametrize(("backend", "fast_paths", "face"), FACE_VARIANTS, indirect=True)
+    elif "fast_paths" in metafunc.fixturenames and "fast_paths" not in marked and general_runs:
         metafunc.parametrize(("backend", "fast_paths"), STORE_VARIANTS, indirect=True)
     else:
         metafunc.parametrize("backend", BACKENDS, indirect=True)

@@ -1,4 +1,8 @@
-"""AsyncStore runs the same operations on every backend; its fast paths: test_fast_paths.py."""
+"""AsyncStore's own behaviour: cancellation, migrations and the whole-store operations.
+
+A tenant's operations on the async face are held to the conformance suite
+(tests/conformance/); the async fast paths: test_fast_paths.py.
+"""
 
 from __future__ import annotations
 
@@ -14,8 +18,6 @@ from chatledger.store import (
     AsyncStore,
     ConflictError,
     Message,
-    NewEvent,
-    NotFoundError,
     SchemaError,
     Store,
     Verification,
@@ -23,24 +25,6 @@ from chatledger.store import (
 from chatledger.store.schema import view_entries
 from tests.conftest import _libpq
 from tests.store.test_store_faults import waiting_for_lock
-
-
-async def test_async_store_round_trip(database_url: str) -> None:
-    async with AsyncStore.open(database_url) as store:
-        ledger = store.tenant(f"async-{uuid.uuid4().hex[:8]}")
-        conv = await ledger.create_conversation({"k": "v"})
-        await ledger.append_messages(conv.id, [Message(role="user", content="hi")], expected=1)
-        cursor = await ledger.runs.start(conv.id, owner="async-worker")
-        reply = NewEvent.of_message(Message(role="assistant", content="hello"))
-        _, cursor = await ledger.runs.record(cursor, [reply])
-        await ledger.runs.complete(cursor)
-        history = await ledger.history(conv.id)
-        assert [m.content for m in history] == ["hi", "hello"]
-        fork = await ledger.fork(conv.id, at=2)
-        assert [m.content for m in await ledger.history(fork.id)] == ["hi"]
-        assert (await ledger.runs.get(cursor.run_id)).status == "completed"
-        with pytest.raises(NotFoundError):
-            await store.tenant("other").history(conv.id)
 
 
 async def test_async_concurrent_appends_conflict_cleanly(database_url: str) -> None:

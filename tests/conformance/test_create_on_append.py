@@ -18,7 +18,6 @@ import pytest
 import sqlalchemy as sa
 
 from chatledger.store import (
-    AsyncStore,
     ConflictError,
     InvalidInputError,
     Ledger,
@@ -279,17 +278,3 @@ def test_the_fast_and_general_paths_create_on_append_alike(database_url: str) ->
         assert first_appends(fast.engine, fast.tenant(tenant)) == first_appends(
             general.engine, general.tenant(tenant)
         )
-
-
-async def test_the_async_store_creates_on_append(database_url: str, fast_paths: bool) -> None:
-    async with AsyncStore.open(database_url, fast_paths=fast_paths) as store:
-        ledger = store.tenant(f"async-{uuid.uuid4().hex[:8]}")
-        cid = new_id()
-        appended = await ledger.append_messages(
-            cid, turn("q", "a"), create=NewConversation(metadata={"k": 1})
-        )
-        again = await ledger.append_messages(cid, turn("q2"), create=True)
-        assert appended.created and not again.created
-        assert appended.events == (await ledger.events(conversation_id=cid))[:3]
-        assert (await ledger.conversation(cid)).metadata == {"k": 1}
-        assert [m.content for m in await ledger.history(cid)] == ["q", "a", "q2"]

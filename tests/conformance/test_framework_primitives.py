@@ -16,7 +16,6 @@ import pytest
 import sqlalchemy as sa
 
 from chatledger.store import (
-    AsyncStore,
     ConflictError,
     Expected,
     InvalidInputError,
@@ -387,24 +386,6 @@ def test_bad_options_are_refused_before_anything_is_written(
     with pytest.raises(InvalidInputError):
         ledger.append_messages(conv.id, turn("a"), **options)
     assert counts(store) == before
-
-
-async def test_the_async_ledger_has_the_primitives(database_url: str, fast_paths: bool) -> None:
-    async with AsyncStore.open(database_url, fast_paths=fast_paths) as store:
-        ledger = store.tenant(f"async-{uuid.uuid4().hex[:8]}")
-        conv = await ledger.create_conversation(key="session")
-        ids = [new_id(), new_id()]
-        await ledger.append_messages(conv.id, turn("q", "a"), ids=ids, state={"r": 1})
-        assert (await ledger.conversation_by_key("session")).state == {"r": 1}
-        assert [e.event_id for e in await ledger.entries(conv.id)] == ids
-        assert (await ledger.entry(ids[1])).message.content == "a"
-        await ledger.append_messages(conv.id, [], state={"r": 2}, expected=Expected(state={"r": 1}))
-        entries = await ledger.entries(conv.id, last=1)
-        moved = await ledger.move_head(conv.id, entries[0].position, state={"r": 3})
-        assert moved.state == {"r": 3}
-        await ledger.append_messages(conv.id, [], state={"r": 4})
-        changes = await ledger.state_changes(conv.id)
-        assert [e.payload["state"]["r"] for e in changes] == [1, 2, 3, 4]
 
 
 # -- edges the fast forms must decide as the general path does ---------------------------

@@ -1,0 +1,112 @@
+"""The store's conformance suite, on both faces.
+
+Every test here takes `ledger`, and runs on each backend with the fast paths
+on and off (`tests/conftest.py`) on the sync face, and on each backend on the
+async face (ids `sqlite-async`, `postgres-async`): there `ledger` is an
+`AsyncLedger` called as a `Ledger` is, each call's coroutine run to its end
+on an event loop of its own (`Blocking`). A test writes its behaviour once,
+and both faces are held to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+import uuid
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from typing import Any, TypeVar
+
+import pytest
+
+from chatledger.store import AsyncAudit, AsyncRetention, AsyncRuns, AsyncStore, Ledger, Store
+
+T = TypeVar("T")
+
+
+class Loop:
+    """An event loop on a thread of its own, which runs coroutines for sync callers."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join()
+        self.loop.close()
+
+
+class Blocking:
+    """An async face (`AsyncLedger` and its sub-handles) called as the sync one is:
+    a coroutine's result is returned, an async iterator is iterated, a sub-handle
+    is wrapped alike, and errors are raised as they were."""
+
+    def __init__(self, target: Any, loop: Loop) -> None:
+        self._target = target
+        self._loop = loop
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._target, name)
+        if isinstance(value, AsyncAudit | AsyncRetention | AsyncRuns):
+            return Blocking(value, self._loop)
+        if not callable(value):
+            return value
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            result = value(*args, **kwargs)
+            if inspect.isawaitable(result):
+                return self._loop.run(_awaited(result))
+            if hasattr(result, "__aiter__"):
+                return self._iterate(result)
+            return result
+
+        return call
+
+    def _iterate(self, iterator: AsyncIterator[Any]) -> Iterator[Any]:
+        while True:
+            try:
+                yield self._loop.run(_next(iterator))
+            except StopAsyncIteration:
+                return
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
+
+
+async def _next(iterator: AsyncIterator[T]) -> T:
+    return await iterator.__anext__()
+
+
+@pytest.fixture
+def face(request: pytest.FixtureRequest) -> str:
+    """The face this run's `ledger` is: `sync` or `async` (see tests/conftest.py)."""
+    return str(getattr(request, "param", "sync"))
+
+
+@pytest.fixture
+def ledger(store: Store, face: str, database_url: str, fast_paths: bool) -> Iterator[Ledger]:
+    """A handle on a tenant no other test uses, on this run's face."""
+    tenant = f"tenant-{uuid.uuid4().hex[:8]}"
+    if face == "sync":
+        yield store.tenant(tenant)
+        return
+    loop = Loop()
+    opened: AsyncStore = loop.run(
+        _open(lambda: AsyncStore.open(database_url, fast_paths=fast_paths))
+    )
+    try:
+        yield Blocking(opened.tenant(tenant), loop)  # type: ignore[misc]
+    finally:
+        loop.run(opened.close())
+        loop.close()
+
+
+async def _open(opener: Callable[[], AsyncStore]) -> AsyncStore:
+    """The store opened on the loop that runs its calls (its engine belongs to it)."""
+    return opener()
