@@ -19,14 +19,16 @@ import contextlib
 import os
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
-from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.util import greenlet_spawn
 
 from chatledger.store._db.engines import GENERIC_PLANS, cut_off, opening_error
 from chatledger.store._errors import ChatledgerError
+
+if TYPE_CHECKING:  # the async ext imports SQLAlchemy's ORM: only an AsyncStore needs it
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 try:  # SQLAlchemy 2.1 names it `await_`, and deprecates `await_only`
     from sqlalchemy.util import await_ as await_only

@@ -39,14 +39,16 @@ import sqlite3
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from sqlalchemy.engine import Engine
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from chatledger.store._sql.tail import CHANNEL
 from chatledger.store._sql.translate import translating
+
+if TYPE_CHECKING:  # the async ext imports SQLAlchemy's ORM: only an AsyncStore needs it
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 __all__ = [
     "NOTIFIER_THREAD",

@@ -99,3 +99,26 @@ def test_storage_error_is_a_chatledger_error() -> None:
     from chatledger.store import ChatledgerError
 
     assert issubclass(StorageError, ChatledgerError)
+
+
+def test_the_head_a_store_checks_against_is_the_newest_script(empty_url: str) -> None:
+    """`check_schema` compares with `migrate.HEAD`, not Alembic's reading of the
+    scripts (which costs every command the import of Alembic): the two agree, and
+    the version table read without Alembic says what Alembic says."""
+    from alembic.script import ScriptDirectory
+
+    script = ScriptDirectory.from_config(_migrate.alembic_config())
+    assert script.get_current_head() == _migrate.HEAD
+    engine = sa.create_engine(empty_url)
+    try:
+        with engine.begin() as conn:
+            assert _migrate.current_revision(conn) is None
+            _migrate.upgrade(conn)
+            context = MigrationContext.configure(
+                conn, opts={"version_table": _migrate.VERSION_TABLE}
+            )
+            assert (
+                _migrate.current_revision(conn) == context.get_current_revision() == _migrate.HEAD
+            )
+    finally:
+        engine.dispose()
