@@ -714,6 +714,7 @@ class Operations:
             raise InvalidInputError(
                 f"move_head's expected head is the Position the caller last saw, not {head!r}."
             )
+        _append.check_append_options(head, None, None)
         state_text = None if state is None else _entries.encode_state(state)
         _check_expected_state(expected_state)
         self._moving_head(conversation_id)

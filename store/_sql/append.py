@@ -1069,6 +1069,11 @@ def check_append_options(
         _checks.check_id(expected.branch_id, "branch")
         check_int(expected.position, "expected position", minimum=0, maximum=MAX_INT32)
     elif expected is not None:
+        if not isinstance(expected, int) or isinstance(expected, bool):
+            raise InvalidInputError(
+                f"expected is the head position the caller last saw (an int or a Position), "
+                f"or an Expected(head=..., state=...), not {expected!r}."
+            )
         check_int(expected, "expected", minimum=0, maximum=MAX_INT32)
     if run_id is not None:
         _checks.check_id(run_id, "run")

@@ -3,9 +3,10 @@
 Every test here takes `ledger`, and runs on each backend with the fast paths
 on and off (`tests/conftest.py`) on the sync face, and on each backend on the
 async face (ids `sqlite-async`, `postgres-async`): there `ledger` is an
-`AsyncLedger` called as a `Ledger` is, each call's coroutine run to its end
-on an event loop of its own (`Blocking`). A test writes its behaviour once,
-and both faces are held to it.
+`AsyncLedger` called as a `Ledger` is (`Blocking`), each call run to its end
+on the test's event loop, on a thread of its own (`Loop`), which the store
+was opened on. A test writes its behaviour once, and both faces are held to
+it.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class Loop:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
 
     def close(self) -> None:
+        self.run(self.loop.shutdown_asyncgens())
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join()
         self.loop.close()
@@ -58,9 +60,7 @@ class Blocking:
             return value
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            result = value(*args, **kwargs)
-            if inspect.isawaitable(result):
-                return self._loop.run(_awaited(result))
+            result = self._loop.run(_called(value, args, kwargs))  # on the loop, as a caller's
             if hasattr(result, "__aiter__"):
                 return self._iterate(result)
             return result
@@ -68,15 +68,22 @@ class Blocking:
         return call
 
     def _iterate(self, iterator: AsyncIterator[Any]) -> Iterator[Any]:
-        while True:
-            try:
-                yield self._loop.run(_next(iterator))
-            except StopAsyncIteration:
-                return
+        try:
+            while True:
+                try:
+                    yield self._loop.run(_next(iterator))
+                except StopAsyncIteration:
+                    return
+        finally:  # a test that stops early closes it, as `async for` would
+            close = getattr(iterator, "aclose", None)
+            if close is not None:
+                self._loop.run(close())
 
 
-async def _awaited(awaitable: Any) -> Any:
-    return await awaitable
+async def _called(function: Callable[..., Any], args: Any, kwargs: Any) -> Any:
+    """`function(*args, **kwargs)`, awaited when it gives an awaitable."""
+    result = function(*args, **kwargs)
+    return await result if inspect.isawaitable(result) else result
 
 
 async def _next(iterator: AsyncIterator[T]) -> T:
@@ -97,16 +104,14 @@ def ledger(store: Store, face: str, database_url: str, fast_paths: bool) -> Iter
         yield store.tenant(tenant)
         return
     loop = Loop()
-    opened: AsyncStore = loop.run(
-        _open(lambda: AsyncStore.open(database_url, fast_paths=fast_paths))
-    )
     try:
-        yield Blocking(opened.tenant(tenant), loop)  # type: ignore[misc]
+        # Opened on the loop that runs its calls: its engine belongs to it.
+        opened: AsyncStore = loop.run(
+            _called(AsyncStore.open, (database_url,), {"fast_paths": fast_paths})
+        )
+        try:
+            yield Blocking(opened.tenant(tenant), loop)  # type: ignore[misc]
+        finally:
+            loop.run(opened.close())
     finally:
-        loop.run(opened.close())
         loop.close()
-
-
-async def _open(opener: Callable[[], AsyncStore]) -> AsyncStore:
-    """The store opened on the loop that runs its calls (its engine belongs to it)."""
-    return opener()

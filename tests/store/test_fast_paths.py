@@ -309,6 +309,42 @@ def test_the_fast_and_general_paths_write_the_same_log(database_url: str) -> Non
         assert written(fast.tenant(tenant)) == written(general.tenant(tenant))
 
 
+@pytest.mark.parametrize("count", [1, 2, 15, 16, 40])
+def test_a_turn_of_any_length_is_written_alike_by_both_paths(database_url: str, count: int) -> None:
+    """Up to 16 events (15 messages and the state change) a Postgres turn is sent as
+    scalar rows, and longer as arrays: on both sides of that line each event gets
+    its position in order, the key is on the first and the head flag on the last,
+    as the general path writes them."""
+    logs = []
+    with (
+        Store.open(database_url) as fast,
+        Store.open(database_url, fast_paths=False) as general,
+    ):
+        for store in (fast, general):
+            ledger = store.tenant(f"length-{uuid.uuid4().hex[:8]}")
+            conv = ledger.create_conversation()
+            ledger.append_messages(conv.id, turn("first"))  # the head is kept: in place next
+            messages = [
+                Message(role="user" if i % 2 else "assistant", content=f"m{i}")
+                for i in range(count)
+            ]
+            done = ledger.append_messages(
+                conv.id, messages, idempotency_key="k", state={"count": count}
+            )
+            log = ledger.events(conversation_id=conv.id)
+            assert done.events == log[2:]
+            assert [e.seq for e in log] == sorted(e.seq for e in log)
+            logs.append(
+                [(e.kind, e.position, e.head, e.idempotency_key, e.payload) for e in log[1:]]
+            )
+    assert logs[0] == logs[1]
+    written_turn = logs[0][1:]
+    assert [position for _, position, *_ in written_turn] == list(range(3, count + 4))
+    assert [head for _, _, head, *_ in written_turn] == [False] * count + [True]
+    assert [key for *_, key, _ in written_turn] == ["k"] + [None] * count
+    assert [p.get("content") for *_, p in written_turn[:-1]] == [f"m{i}" for i in range(count)]
+
+
 # -- creating a conversation --------------------------------------------------------------
 
 CREATIONS: list[tuple[dict[str, Any] | None, bool]] = [
