@@ -38,6 +38,7 @@ T = TypeVar("T")
 __all__ = [
     "DEFAULT_URL",
     "GENERIC_PLANS",
+    "PREPARE_THRESHOLD",
     "DriverConnections",
     "Durability",
     "create_engine",
@@ -222,6 +223,11 @@ def install_sqlite_hooks(
 # Postgres prunes the others when the executor starts, from the bound values
 # (docs/adr/0030-generic-plans-on-the-store-connections.md).
 GENERIC_PLANS = "SET plan_cache_mode = force_generic_plan"
+PREPARE_THRESHOLD = 0
+"""psycopg's `prepare_threshold` on those connections: each statement is prepared
+on its first run (psycopg's default waits for its sixth), so a new connection's
+first appends and reads are not parsed and planned again each time; the
+statements are the store's few, well under psycopg's 100 kept per connection."""
 
 
 class DriverConnections:
@@ -333,6 +339,7 @@ class DriverConnections:
             dialect = self._engine.dialect
             try:
                 fairy.dbapi_connection.autocommit = True
+                fairy.dbapi_connection.prepare_threshold = PREPARE_THRESHOLD
                 fairy.dbapi_connection.execute(GENERIC_PLANS)
             except dialect.loaded_dbapi.Error as error:  # nothing of the caller's ran
                 _close(fairy)

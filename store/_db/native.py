@@ -24,7 +24,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import psycopg
 from sqlalchemy.util import greenlet_spawn
 
-from chatledger.store._db.engines import GENERIC_PLANS, cut_off, opening_error
+from chatledger.store._db.engines import (
+    GENERIC_PLANS,
+    PREPARE_THRESHOLD,
+    cut_off,
+    opening_error,
+)
 from chatledger.store._errors import ChatledgerError
 
 if TYPE_CHECKING:  # the async ext imports SQLAlchemy's ORM: only an AsyncStore needs it
@@ -156,6 +161,7 @@ class AsyncDriverConnections:
         dialect = self._engine.dialect
         try:
             await _driver(fairy).set_autocommit(True)
+            _driver(fairy).prepare_threshold = PREPARE_THRESHOLD
             await _driver(fairy).execute(GENERIC_PLANS)
         except dialect.loaded_dbapi.Error as error:  # nothing of the caller's ran
             await _close(fairy)
