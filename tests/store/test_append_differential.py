@@ -25,12 +25,10 @@ opened ones.
 
 from __future__ import annotations
 
-import asyncio
 import math
 import re
-import threading
 import uuid
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -41,7 +39,6 @@ from hypothesis import strategies as st
 
 from chatledger.store import (
     Appended,
-    AsyncLedger,
     AsyncStore,
     ChatledgerError,
     EncryptionError,
@@ -54,6 +51,7 @@ from chatledger.store import (
     ToolCall,
     new_id,
 )
+from tests.helpers import Blocking, Loop, called
 
 T = TypeVar("T")
 KEK = bytes(range(32))
@@ -199,42 +197,15 @@ steps = st.lists(
 # -- running a sequence on one face ---------------------------------------------------
 
 
-class Portal:
-    """An event loop on a thread of its own, for driving the async face from a sync test."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-    def call(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout=120)
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=30)
-        self.loop.close()
-
-
 @dataclass
 class Face:
     """One tenant of one store, called alike whether the store is sync or async."""
 
-    ledger: Ledger | AsyncLedger
+    ledger: Ledger | Blocking
     interloper: Ledger  # another store's handle on the same tenant
-    portal: Portal | None
 
     def __call__(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        method: Callable[..., Any] = getattr(self.ledger, name)
-        result = method(*args, **kwargs)
-        if self.portal is not None:
-            assert isinstance(result, Awaitable)
-            result = self.portal.call(_awaited(result))
-        return result
-
-
-async def _awaited(value: Awaitable[T]) -> T:
-    return await value
+        return getattr(self.ledger, name)(*args, **kwargs)
 
 
 class Run:
@@ -439,18 +410,21 @@ class Faces:
 def faces(request: pytest.FixtureRequest, database_url: str) -> Iterator[Faces]:
     sealed: bool = request.param
     kek = KEK if sealed else None
-    portal = Portal()
+    loop = Loop()
     sync = {fast: Store.open(database_url, fast_paths=fast, kek=kek) for fast in (True, False)}
     others = {fast: Store.open(database_url, fast_paths=fast, kek=kek) for fast in (True, False)}
     async_ = {
-        fast: AsyncStore.open(database_url, fast_paths=fast, kek=kek) for fast in (True, False)
+        fast: loop.run(called(AsyncStore.open, (database_url,), {"fast_paths": fast, "kek": kek}))
+        for fast in (True, False)
     }
 
     def sync_face(fast: bool) -> Callable[[str], Face]:
-        return lambda tenant: Face(sync[fast].tenant(tenant), others[fast].tenant(tenant), None)
+        return lambda tenant: Face(sync[fast].tenant(tenant), others[fast].tenant(tenant))
 
     def async_face(fast: bool) -> Callable[[str], Face]:
-        return lambda tenant: Face(async_[fast].tenant(tenant), others[fast].tenant(tenant), portal)
+        return lambda tenant: Face(
+            Blocking(async_[fast].tenant(tenant), loop), others[fast].tenant(tenant)
+        )
 
     try:
         yield Faces(
@@ -460,8 +434,8 @@ def faces(request: pytest.FixtureRequest, database_url: str) -> Iterator[Faces]:
         )
     finally:
         for store in async_.values():
-            portal.call(store.close())
-        portal.close()
+            loop.run(store.close())
+        loop.close()
         for store in [*sync.values(), *others.values()]:
             store.close()
 
