@@ -16,6 +16,7 @@ its `ledger` an `AsyncLedger` on each backend (ids `sqlite-async`,
 
 from __future__ import annotations
 
+import compileall
 import os
 import shutil
 import signal
@@ -52,6 +53,22 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "fast_paths_only: a test of the fast paths themselves; no `*-general` runs",
     )
+    if not hasattr(config, "workerinput"):  # once, in the session's first process
+        compile_the_project()
+
+
+def compile_the_project() -> None:
+    """Byte-compile chatledger's folders and the tests, where they are stale.
+
+    Where `PYTHONDONTWRITEBYTECODE` is set (the development machines set it), no
+    process writes `.pyc` files, so every `chatledger` command and child process
+    the suite starts would compile each of the project's modules from source again
+    (0.1 s to 0.15 s of a command's 0.6 s here). `compileall` writes them all the
+    same, and every process reads them.
+    """
+    root = Path(__file__).resolve().parent.parent
+    for folder in ("chatledger", "adapters", "engine", "migrations", "service", "store", "tests"):
+        compileall.compile_dir(root / folder, quiet=1)
 
 
 @pytest.hookimpl(tryfirst=True)  # before fixture params (`recompute`...): the backend id leads
