@@ -259,9 +259,11 @@ _NAMED = """, named AS (
     INSERT INTO chatledger_event_ids (id, conversation_id, event_seq)
     SELECT id, %(cid)s::uuid, seq FROM ins WHERE id = ANY(%(named)s::uuid[])
 )"""
-_SCALARS = 16
+_SCALARS = 6
 """Events up to which a turn's rows are sent as scalars (a VALUES list), which
-psycopg dumps for a third less CPU than the five arrays a longer turn is sent as."""
+psycopg dumps for less CPU than the five arrays a longer turn is sent as; past
+six, the parameters (16 and five an event) outnumber the 50 up to which psycopg
+caches a query's conversion, and it would parse the statement on every run."""
 
 
 @lru_cache(maxsize=2 * _SCALARS + 2)

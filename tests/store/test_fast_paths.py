@@ -309,9 +309,9 @@ def test_the_fast_and_general_paths_write_the_same_log(database_url: str) -> Non
         assert written(fast.tenant(tenant)) == written(general.tenant(tenant))
 
 
-@pytest.mark.parametrize("count", [1, 2, 15, 16, 40])
+@pytest.mark.parametrize("count", [1, 2, 5, 6, 40])
 def test_a_turn_of_any_length_is_written_alike_by_both_paths(database_url: str, count: int) -> None:
-    """Up to 16 events (15 messages and the state change) a Postgres turn is sent as
+    """Up to 6 events (5 messages and the state change) a Postgres turn is sent as
     scalar rows, and longer as arrays: on both sides of that line each event gets
     its position in order, the key is on the first and the head flag on the last,
     as the general path writes them."""
