@@ -87,12 +87,31 @@ def _postgres_files(url: str) -> tuple[bytes, bytes]:
             if conn.execute("SELECT (pg_stat_file(%s)).isdir", (path,)).fetchone()[0]:
                 continue
             chunks.append(conn.execute("SELECT pg_read_binary_file(%s)", (path,)).fetchone()[0])
-        for (entry,) in conn.execute(
-            "SELECT name FROM pg_ls_waldir() WHERE name ~ '^[0-9A-F]{24}$'"
-        ).fetchall():
-            wal.append(
-                conn.execute("SELECT pg_read_binary_file(%s)", (f"pg_wal/{entry}",)).fetchone()[0]
-            )
+        # The server's other databases keep writing while this reads: a checkpoint
+        # may recycle a segment between the listing and its read, renaming it to a
+        # future segment with its old bytes still in it. A vanished name reads as
+        # NULL (`missing_ok`), and the directory is listed again until it shows no
+        # name not yet read, so a recycled segment is read under its new name.
+        (segment,) = conn.execute(
+            "SELECT setting::bigint FROM pg_settings WHERE name = 'wal_segment_size'"
+        ).fetchone()
+        read: set[str] = set()
+        while True:
+            names = {
+                name
+                for (name,) in conn.execute(
+                    "SELECT name FROM pg_ls_waldir() WHERE name ~ '^[0-9A-F]{24}$'"
+                ).fetchall()
+            } - read
+            if not names:
+                break
+            for name in sorted(names):
+                (content,) = conn.execute(
+                    "SELECT pg_read_binary_file(%s, 0, %s, true)", (f"pg_wal/{name}", segment)
+                ).fetchone()
+                if content is not None:
+                    wal.append(content)
+            read |= names
     return b"".join(bytes(c) for c in chunks), b"".join(bytes(c) for c in wal)
 
 
