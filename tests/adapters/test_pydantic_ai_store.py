@@ -77,6 +77,10 @@ def agent() -> Agent[None, str]:
     return built
 
 
+VOLATILE = ("timestamp", "updated_at", "request_timestamp", "duration")
+"""Fields that differ between two runs of the same agent: times, and how long a call took."""
+
+
 class Names:
     """Ids and times replaced by their order of first appearance, per store."""
 
@@ -85,7 +89,7 @@ class Names:
 
     def __call__(self, value: Any) -> Any:
         if isinstance(value, dict):
-            return {k: self(v) for k, v in value.items() if k not in ("timestamp", "updated_at")}
+            return {k: self(v) for k, v in value.items() if k not in VOLATILE}
         if isinstance(value, list):
             return [self(v) for v in value]
         if isinstance(value, str) and _minted(value):

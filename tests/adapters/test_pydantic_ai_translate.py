@@ -6,6 +6,7 @@ import itertools
 import typing
 import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -34,6 +35,34 @@ from chatledger.store.messages import (
 ADAPTER = pai.ModelMessagesTypeAdapter
 T0 = datetime(2026, 11, 30, 12, 0, 0, 123456, tzinfo=UTC)
 PNG = b"\x89PNG\r\n\x1a\n\x00\xff binary"
+
+
+if hasattr(pai, "DataCapabilityPart"):  # pydantic-ai 2.78 and later
+
+    @dataclass(kw_only=True)
+    class ProgressPart(
+        pai.DataCapabilityPart[str],
+        namespace="tests",
+        tag="progress_report",
+        attributes=("task_id",),
+    ):
+        """A capability part of a kind of the application's own, as pydantic-ai defines one."""
+
+        task_id: str
+
+
+def capability_parts() -> list[Any]:
+    """The installed pydantic-ai's capability parts (none before 2.78)."""
+    if not hasattr(pai, "DataCapabilityPart"):
+        return []
+    return [
+        ProgressPart(
+            content="3 of 5 steps done.",
+            source=pai.OperatorSource(),
+            task_id="t1",
+            timestamp=at(14),
+        )
+    ]
 
 
 def at(seconds: int) -> datetime:
@@ -227,6 +256,9 @@ def corpus() -> dict[str, pai.ModelMessage]:
                 pai.LoadCapabilityReturnPart(content={"message": "loaded"}, tool_call_id="l1"),
             ]
         ),
+        "capability parts": pai.ModelRequest(
+            parts=[*capability_parts(), pai.UserPromptPart("and now?", timestamp=at(15))]
+        ),
     }
 
 
@@ -248,7 +280,8 @@ def kinds_of(message: pai.ModelMessage) -> set[str]:
         by_class.setdefault(cls, tag)
     tags: set[str] = set()
     for part in message.parts:
-        tags.add(by_class[type(part)])
+        # A capability part is of a kind its application defines: a subclass of the member.
+        tags.add(next(by_class[c] for c in type(part).__mro__ if c in by_class))
         if isinstance(part, pai.RetryPromptPart):  # pyright: ignore[reportDeprecated]
             tags.add("legacy-retry-tool-return" if part.tool_name else "legacy-retry-feedback")
     return tags
