@@ -464,8 +464,7 @@ class Operations:
         # Every option is checked here, before either path: the fast paths
         # write without passing through `_append.append_messages`.
         check_id(conversation_id, "conversation")
-        if not isinstance(expected, Expected):
-            expected = Expected(head=expected)
+        expected = _expected(expected)
         expected_state = expected.state
         _append.check_append_options(expected.head, run_id, idempotency_key)
         new = _new_conversation(create)
@@ -481,7 +480,6 @@ class Operations:
         if after is not None:
             _check_position(after, "after")
         state_text = None if state is None else _entries.encode_state(state)
-        _check_expected_state(expected_state)
         if state is not None and state_text is not None:  # the last event (or the only one)
             clear.append(_entries.state_changed(state, state_text))
         tenant, head = self.tenant, expected.head
@@ -707,8 +705,7 @@ class Operations:
         """Move the head to `to`: compare-and-set against `expected` when given (the
         head `Position` the caller last saw, or an `Expected` with it and the state
         fields that must hold), and set the state to `state` when given."""
-        if not isinstance(expected, Expected):
-            expected = Expected(head=expected)
+        expected = _expected(expected)
         head, expected_state = expected.head, expected.state
         if head is not None and not isinstance(head, Position):
             raise InvalidInputError(
@@ -716,7 +713,6 @@ class Operations:
             )
         _append.check_append_options(head, None, None)
         state_text = None if state is None else _entries.encode_state(state)
-        _check_expected_state(expected_state)
         self._moving_head(conversation_id)
         return self._op(
             f"moving the head of conversation '{conversation_id}'",
@@ -1330,7 +1326,7 @@ def _claim_op(
 
 
 def _at_head(current: str | None) -> None:
-    head = _migrate.head_revision()
+    head = _migrate.HEAD
     if current != head:
         raise SchemaError(
             f"The database is at schema revision {current or 'none'}, but this chatledger "
@@ -1348,15 +1344,18 @@ def _check_position(value: object, what: str) -> None:
         check_int(value, what, minimum=0, maximum=MAX_INT32)
 
 
-def _check_expected_state(expected: object) -> None:
-    if expected is None:
-        return
-    if not isinstance(expected, Mapping):
-        raise InvalidInputError(
-            f"Expected's state must be a dict of the state fields to compare, not "
-            f"{type(expected).__name__}."
-        )
-    _entries.encode_state(dict(expected), "expected state")
+def _expected(expected: int | Position | Expected | None) -> Expected:
+    """An operation's `expected`, as an `Expected` (a bare head is one), its state checked."""
+    if not isinstance(expected, Expected):
+        return Expected(head=expected)
+    if expected.state is not None:
+        if not isinstance(expected.state, Mapping):
+            raise InvalidInputError(
+                f"Expected's state must be a dict of the state fields to compare, not "
+                f"{type(expected.state).__name__}."
+            )
+        _entries.encode_state(dict(expected.state), "expected state")
+    return expected
 
 
 def _subject_needs(subject: str | None, seal: Seal) -> Seal:

@@ -47,7 +47,7 @@ _RUN_KEYS = {
 
 
 def migrate(args: argparse.Namespace) -> int:
-    from chatledger.store._sql.migrate import current_revision, head_revision
+    from chatledger.store._sql.migrate import HEAD, current_revision
     from chatledger.store._sql.ops import Op
 
     with open_store(args, check=False) as store:
@@ -59,7 +59,7 @@ def migrate(args: argparse.Namespace) -> int:
         before = store.execute(Op("reading the schema version", write=False, fn=current_revision))
         with progress("migrating", unit=" revisions") as shown:
             store.migrate(partitions=args.partitions, progress=shown.at)
-        revision = head_revision()
+        revision = HEAD
         if args.json:
             print_json(
                 {"created": before is None, "from": before, "revision": revision}

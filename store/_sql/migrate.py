@@ -19,7 +19,7 @@ from chatledger.store._errors import SchemaError
 if TYPE_CHECKING:
     from alembic.config import Config
 
-__all__ = ["alembic_config", "current_revision", "head_revision", "upgrade"]
+__all__ = ["HEAD", "alembic_config", "current_revision", "upgrade"]
 
 VERSION_TABLE = "chatledger_alembic_version"
 HEAD = "0008"
@@ -66,11 +66,6 @@ def downgrade(connection: Connection, revision: str) -> None:
     from alembic import command
 
     command.downgrade(alembic_config(connection), revision)
-
-
-def head_revision() -> str:
-    """The newest revision this package ships (`HEAD`)."""
-    return HEAD
 
 
 def current_revision(connection: Connection) -> str | None:
