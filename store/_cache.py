@@ -109,16 +109,16 @@ class _Recent(Generic[V]):
 
 
 class HeadCache(_Recent[tuple[str, int, bytes, str]]):
-    """The head each conversation's last fast-path append on Postgres left, by
-    (tenant, conversation id): its branch, position and hash, and the state there
-    (an expected state is checked against it: the state changes only with the head).
+    """The head each conversation's last fast-path append left, by (tenant,
+    conversation id): its branch, position and hash, and the state there (an
+    expected state is checked against it: the state changes only with the head).
 
     With it the next append to that conversation writes straight at that head
     (`store._sql.append`'s `kept` form), by a statement that moves the head
     only where it still is; a head that moved since (another writer, a head
     move, an erasure) fails that statement's check and the append reads the
-    head. So an entry is never trusted, only tried: a stale one costs one
-    round trip.
+    head. So an entry is never trusted, only tried: a stale one (or, on SQLite,
+    one whose transaction then failed to commit) costs one round trip.
     """
 
 

@@ -192,8 +192,8 @@ class Operations:
         self.cache = cache
         self.sealer = sealer
         self._tails = tails
-        # Postgres's in-place appends keep the heads they leave, for the next
-        # append to the conversation to chain on (`HeadCache`); every other
+        # In-place appends keep the heads they leave, for the next append to
+        # the conversation to chain on (`HeadCache`); every other
         # write that moves a head forgets it, so that append need not miss first.
         self._heads = heads
 
@@ -529,7 +529,7 @@ class Operations:
                 f"appending to conversation '{conversation_id}'",
                 write=True,
                 postgres=forms(_append.POSTGRES, self._heads),
-                sqlite=forms(_append.SQLITE, None),
+                sqlite=forms(_append.SQLITE, self._heads),
                 fn=lambda c: _append.append_messages(
                     c, turn, create=create, metadata=metadata, after=after, seal=seal
                 ),

@@ -367,6 +367,8 @@ def write_sqlite(cursor: Any, turn: Turn, at: At) -> Written | None:
     """`write_postgres` in plain SQL on a SQLite cursor, inside the caller's
     transaction (which holds the writer lock)."""
     encoded, cid = turn.encoded, turn.conversation_id
+    if (turn.key is not None or turn.named) and _taken_sqlite(cursor, turn):
+        return None  # a replay or a taken id: the general path decides
     ids = event_ids(turn.named, len(encoded))
     rows = fields(at, ids, turn)
     hashes = _chain.chained(at.previous, rows)
@@ -460,9 +462,10 @@ FROM chatledger_conversations WHERE id = %(cid)s AND tenant = %(tenant)s
 """
 _READ_SQLITE = (
     "SELECT head_branch_id, head_position, head_open, head_hash, state, subject IS NOT NULL, "
-    "erased_at IS NULL, ? IS NOT NULL AND EXISTS (SELECT 1 FROM chatledger_events "
-    "WHERE conversation_id = ? AND idempotency_key = ?) "
-    "FROM chatledger_conversations WHERE id = ? AND tenant = ?"
+    "erased_at IS NULL FROM chatledger_conversations WHERE id = ? AND tenant = ?"
+)
+_SQLITE_KEY_USED = (
+    "SELECT 1 FROM chatledger_events WHERE conversation_id = ? AND idempotency_key = ? LIMIT 1"
 )
 _SQLITE_NAMED_TAKEN = "SELECT 1 FROM chatledger_event_ids WHERE id IN ({ids}) LIMIT 1"
 
@@ -482,18 +485,25 @@ def read_postgres(cursor: Any, turn: Turn) -> Head | None:
 
 
 def read_sqlite(cursor: Any, turn: Turn) -> Head | None:
-    """`read_postgres` on SQLite, inside the caller's `BEGIN IMMEDIATE`."""
-    cid, key = turn.conversation_id, turn.key
-    cursor.execute(_READ_SQLITE, (key, cid, key, cid, turn.tenant))
+    """`read_postgres` on SQLite, inside the caller's `BEGIN IMMEDIATE`; the key and
+    the caller's ids are checked by `write_sqlite`, which every form goes through."""
+    cursor.execute(_READ_SQLITE, (turn.conversation_id, turn.tenant))
     found = cursor.fetchone()
-    if found is None:
-        return None
-    taken = False
+    return None if found is None else head_for(turn, (*found, False, False))
+
+
+def _taken_sqlite(cursor: Any, turn: Turn) -> bool:
+    """Whether `turn`'s idempotency key is used in its conversation, or one of the
+    caller's ids is taken: either way no form writes it."""
+    if turn.key is not None:
+        cursor.execute(_SQLITE_KEY_USED, (turn.conversation_id, turn.key))
+        if cursor.fetchone() is not None:
+            return True
     if turn.named:
         named = list(turn.named)
         cursor.execute(_SQLITE_NAMED_TAKEN.format(ids=", ".join("?" * len(named))), named)
-        taken = cursor.fetchone() is not None
-    return head_for(turn, (*found, taken))
+        return cursor.fetchone() is not None
+    return False
 
 
 @dataclass(frozen=True)

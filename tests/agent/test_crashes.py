@@ -96,9 +96,14 @@ def run_trials(url: str, ledger: Ledger, exec_log: Path) -> list[Trial]:
                     # Whether it had exited is read before its runs: a process can
                     # start and finish its whole run between the two reads.
                     exited = trial.process.poll() is not None
-                    if ledger.runs.recent(conversation_id=trial.conversation_id):
-                        # The random moment of the kill, counted from when its run began.
-                        kills.append((time.monotonic() + rng.uniform(0, 0.4), trial))
+                    runs = ledger.runs.recent(conversation_id=trial.conversation_id)
+                    if runs:
+                        # The random moment of the kill, counted from when its run
+                        # began as the run records it (this host's clock on both
+                        # databases), not from when this loop saw it: on a loaded
+                        # machine that is late by more than a run takes.
+                        began = runs[-1].started_at.timestamp() - time.time()
+                        kills.append((time.monotonic() + began + rng.uniform(0, 0.4), trial))
                         waiting.remove(trial)
                     else:
                         assert not exited, (
