@@ -58,6 +58,15 @@ Seq = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
 Timestamp = sa.DateTime(timezone=True)
 
+
+def _partial_index(name: str, *columns: str, where: str, unique: bool = False) -> sa.Index:
+    """An index of only the rows `where` holds for, on both backends."""
+    condition = sa.text(where)
+    return sa.Index(
+        name, *columns, unique=unique, sqlite_where=condition, postgresql_where=condition
+    )
+
+
 conversations = sa.Table(
     "chatledger_conversations",
     metadata,
@@ -94,19 +103,17 @@ conversations = sa.Table(
     # Keyset pagination of a tenant's conversations, newest first (ids are UUIDv7).
     sa.Index("ix_chatledger_conversations_tenant_id", "tenant", "id"),
     # A subject's conversations (`erase`, retention): only sealed ones.
-    sa.Index(
+    _partial_index(
         "ix_chatledger_conversations_tenant_subject",
         "tenant",
         "subject",
-        sqlite_where=sa.text("subject IS NOT NULL"),
-        postgresql_where=sa.text("subject IS NOT NULL"),
+        where="subject IS NOT NULL",
     ),
     # "Which conversations were forked from this one" (audit, lineage).
-    sa.Index(
+    _partial_index(
         "ix_chatledger_conversations_forked_from",
         "forked_from_conversation_id",
-        sqlite_where=sa.text("forked_from_conversation_id IS NOT NULL"),
-        postgresql_where=sa.text("forked_from_conversation_id IS NOT NULL"),
+        where="forked_from_conversation_id IS NOT NULL",
     ),
 )
 
@@ -158,21 +165,14 @@ events = sa.Table(
     # The lineage scan: one branch's events in position order.
     sa.UniqueConstraint("conversation_id", "branch_id", "position"),
     sa.CheckConstraint("origin IN ('run', 'client', 'repair')", name="origin"),
-    sa.Index(
+    _partial_index(
         "ix_chatledger_events_idempotency",
         "conversation_id",
         "idempotency_key",
         unique=True,
-        sqlite_where=sa.text("idempotency_key IS NOT NULL"),
-        postgresql_where=sa.text("idempotency_key IS NOT NULL"),
+        where="idempotency_key IS NOT NULL",
     ),
-    sa.Index(
-        "ix_chatledger_events_run",
-        "run_id",
-        "seq",
-        sqlite_where=sa.text("run_id IS NOT NULL"),
-        postgresql_where=sa.text("run_id IS NOT NULL"),
-    ),
+    _partial_index("ix_chatledger_events_run", "run_id", "seq", where="run_id IS NOT NULL"),
     # A conversation's log in commit order, keyset-paginated (audit).
     sa.Index("ix_chatledger_events_conversation", "conversation_id", "txid", "seq"),
     # The whole log in commit order: a tenant's tail (docs/tail.md). On SQLite
@@ -185,11 +185,8 @@ events = sa.Table(
         sqlite_where=sa.text("txid > 0"),
     ),
     # Tool calls in a time range, by name or not (audit): only tool.started rows.
-    sa.Index(
-        "ix_chatledger_events_tool_started",
-        "recorded_at",
-        sqlite_where=sa.text("kind = 'tool.started'"),
-        postgresql_where=sa.text("kind = 'tool.started'"),
+    _partial_index(
+        "ix_chatledger_events_tool_started", "recorded_at", where="kind = 'tool.started'"
     ),
 )
 
@@ -228,12 +225,7 @@ runs = sa.Table(
     # A tenant's runs newest first, by status (`chatledger runs --status ...`).
     sa.Index("ix_chatledger_runs_tenant_status", "tenant", "status", "id"),
     # The resume worker's scan: running runs by lease expiry.
-    sa.Index(
-        "ix_chatledger_runs_stale",
-        "lease_expires_at",
-        sqlite_where=sa.text("status = 'running'"),
-        postgresql_where=sa.text("status = 'running'"),
-    ),
+    _partial_index("ix_chatledger_runs_stale", "lease_expires_at", where="status = 'running'"),
 )
 
 event_ids = sa.Table(

@@ -13,9 +13,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-# Frozen copies of the column types of store/schema.py as of this revision.
-Id = sa.String(length=36).with_variant(sa.UUID(as_uuid=False), "postgresql")
-Seq = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+from chatledger.migrations._frozen import Id, Seq, create_index, on_postgres
 
 APPEND_ONLY = "chatledger_events is append-only: its rows are never updated or deleted"
 
@@ -82,19 +80,14 @@ def upgrade() -> None:
         sa.Column("forked_from_position", sa.Integer(), nullable=True),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_chatledger_conversations")),
     )
-    op.create_index(
+    create_index(
         "ix_chatledger_conversations_forked_from",
         "chatledger_conversations",
         ["forked_from_conversation_id"],
-        unique=False,
-        sqlite_where=sa.text("forked_from_conversation_id IS NOT NULL"),
-        postgresql_where=sa.text("forked_from_conversation_id IS NOT NULL"),
+        where="forked_from_conversation_id IS NOT NULL",
     )
-    op.create_index(
-        "ix_chatledger_conversations_tenant_id",
-        "chatledger_conversations",
-        ["tenant", "id"],
-        unique=False,
+    create_index(
+        "ix_chatledger_conversations_tenant_id", "chatledger_conversations", ["tenant", "id"]
     )
     op.create_table(
         "chatledger_events",
@@ -122,21 +115,18 @@ def upgrade() -> None:
             name=op.f("uq_chatledger_events_conversation_id_branch_id_position"),
         ),
     )
-    op.create_index(
+    create_index(
         "ix_chatledger_events_idempotency",
         "chatledger_events",
         ["conversation_id", "idempotency_key"],
+        where="idempotency_key IS NOT NULL",
         unique=True,
-        sqlite_where=sa.text("idempotency_key IS NOT NULL"),
-        postgresql_where=sa.text("idempotency_key IS NOT NULL"),
     )
-    op.create_index(
+    create_index(
         "ix_chatledger_events_run",
         "chatledger_events",
         ["run_id", "seq"],
-        unique=False,
-        sqlite_where=sa.text("run_id IS NOT NULL"),
-        postgresql_where=sa.text("run_id IS NOT NULL"),
+        where="run_id IS NOT NULL",
     )
     op.create_table(
         "chatledger_runs",
@@ -169,25 +159,13 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_chatledger_runs")),
     )
-    op.create_index(
-        "ix_chatledger_runs_conversation_id",
-        "chatledger_runs",
-        ["conversation_id", "id"],
-        unique=False,
-    )
-    op.create_index(
-        "ix_chatledger_runs_tenant_status",
-        "chatledger_runs",
-        ["tenant", "status", "id"],
-        unique=False,
-    )
-    op.create_index(
+    create_index("ix_chatledger_runs_conversation_id", "chatledger_runs", ["conversation_id", "id"])
+    create_index("ix_chatledger_runs_tenant_status", "chatledger_runs", ["tenant", "status", "id"])
+    create_index(
         "ix_chatledger_runs_stale",
         "chatledger_runs",
         ["lease_expires_at"],
-        unique=False,
-        sqlite_where=sa.text("status = 'running'"),
-        postgresql_where=sa.text("status = 'running'"),
+        where="status = 'running'",
     )
     op.create_table(
         "chatledger_view_entries",
@@ -199,38 +177,23 @@ def upgrade() -> None:
         ),
         sqlite_with_rowid=False,
     )
-    triggers = SQLITE_TRIGGERS if op.get_bind().dialect.name == "sqlite" else POSTGRES_TRIGGERS
+    triggers = POSTGRES_TRIGGERS if on_postgres() else SQLITE_TRIGGERS
     for statement in triggers:
         op.execute(statement)
 
 
 def downgrade() -> None:
     op.drop_table("chatledger_view_entries")
-    op.drop_index(
-        "ix_chatledger_runs_stale",
-        table_name="chatledger_runs",
-        sqlite_where=sa.text("status = 'running'"),
-        postgresql_where=sa.text("status = 'running'"),
-    )
+    op.drop_index("ix_chatledger_runs_stale", table_name="chatledger_runs")
     op.drop_index("ix_chatledger_runs_conversation_id", table_name="chatledger_runs")
     op.drop_table("chatledger_runs")
-    op.drop_index(
-        "ix_chatledger_events_run",
-        table_name="chatledger_events",
-        sqlite_where=sa.text("run_id IS NOT NULL"),
-        postgresql_where=sa.text("run_id IS NOT NULL"),
-    )
-    op.drop_index(
-        "ix_chatledger_events_idempotency",
-        table_name="chatledger_events",
-        sqlite_where=sa.text("idempotency_key IS NOT NULL"),
-        postgresql_where=sa.text("idempotency_key IS NOT NULL"),
-    )
-    if op.get_bind().dialect.name != "sqlite":
+    op.drop_index("ix_chatledger_events_run", table_name="chatledger_events")
+    op.drop_index("ix_chatledger_events_idempotency", table_name="chatledger_events")
+    if on_postgres():
         op.execute("DROP TRIGGER chatledger_events_no_truncate ON chatledger_events")
     op.drop_table("chatledger_events")
     op.drop_index("ix_chatledger_conversations_tenant_id", table_name="chatledger_conversations")
     op.drop_table("chatledger_conversations")
     op.drop_table("chatledger_branches")
-    if op.get_bind().dialect.name != "sqlite":
+    if on_postgres():
         op.execute("DROP FUNCTION chatledger_refuse_change()")

@@ -19,10 +19,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-# Frozen copy of store/schema.py's Seq type as of this revision.
-Seq = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
-
-TOOL_STARTED = sa.text("kind = 'tool.started'")
+from chatledger.migrations._frozen import Seq, create_index, on_postgres
 
 revision = "0002"
 down_revision = "0001"
@@ -35,34 +32,24 @@ def upgrade() -> None:
         "chatledger_events",
         sa.Column("txid", Seq, nullable=False, server_default=sa.text("0")),
     )
-    if op.get_bind().dialect.name == "postgresql":
+    if on_postgres():
         op.alter_column(
             "chatledger_events",
             "txid",
             server_default=sa.text("(pg_current_xact_id()::text::bigint)"),
         )
-    op.create_index(
-        "ix_chatledger_events_conversation",
-        "chatledger_events",
-        ["conversation_id", "txid", "seq"],
-        unique=False,
+    create_index(
+        "ix_chatledger_events_conversation", "chatledger_events", ["conversation_id", "txid", "seq"]
     )
-    op.create_index(
+    create_index(
         "ix_chatledger_events_tool_started",
         "chatledger_events",
         ["recorded_at"],
-        unique=False,
-        sqlite_where=TOOL_STARTED,
-        postgresql_where=TOOL_STARTED,
+        where="kind = 'tool.started'",
     )
 
 
 def downgrade() -> None:
-    op.drop_index(
-        "ix_chatledger_events_tool_started",
-        table_name="chatledger_events",
-        sqlite_where=TOOL_STARTED,
-        postgresql_where=TOOL_STARTED,
-    )
+    op.drop_index("ix_chatledger_events_tool_started", table_name="chatledger_events")
     op.drop_index("ix_chatledger_events_conversation", table_name="chatledger_events")
     op.drop_column("chatledger_events", "txid")

@@ -18,11 +18,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-# Frozen copies of store/schema.py's types as of this revision.
-Id = sa.String(length=36).with_variant(sa.UUID(as_uuid=False), "postgresql")
-Seq = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
-
-HAS_KEY = sa.text("key IS NOT NULL")
+from chatledger.migrations._frozen import Id, Seq, create_tenant_key_index
 
 revision = "0003"
 down_revision = "0002"
@@ -36,14 +32,7 @@ def upgrade() -> None:
         "chatledger_conversations",
         sa.Column("state", sa.Text(), nullable=False, server_default="{}"),
     )
-    op.create_index(
-        "uq_chatledger_conversations_tenant_key",
-        "chatledger_conversations",
-        ["tenant", "key"],
-        unique=True,
-        sqlite_where=HAS_KEY,
-        postgresql_where=HAS_KEY,
-    )
+    create_tenant_key_index()
     op.create_table(
         "chatledger_event_ids",
         sa.Column("id", Id, nullable=False),
@@ -55,12 +44,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("chatledger_event_ids")
-    op.drop_index(
-        "uq_chatledger_conversations_tenant_key",
-        table_name="chatledger_conversations",
-        sqlite_where=HAS_KEY,
-        postgresql_where=HAS_KEY,
-    )
+    op.drop_index("uq_chatledger_conversations_tenant_key", table_name="chatledger_conversations")
     with op.batch_alter_table("chatledger_conversations") as batch:
         batch.drop_column("state")
         batch.drop_column("key")

@@ -37,8 +37,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-# Frozen copy of store/schema.py's Id type as of this revision.
-Id = sa.String(length=36).with_variant(sa.UUID(as_uuid=False), "postgresql")
+from chatledger.migrations._frozen import Id, on_postgres
 
 # Only a fork's inherited entries point into another conversation.
 FILL_INHERITED = """
@@ -81,12 +80,12 @@ def upgrade() -> None:
     op.execute(FILL_INHERITED)
     for name, table in ID_INDEXES:
         op.create_index(name, table, ["id"], unique=False)
-    if op.get_bind().dialect.name == "postgresql":
+    if on_postgres():
         _primary_keys(1)
 
 
 def downgrade() -> None:
-    if op.get_bind().dialect.name == "postgresql":
+    if on_postgres():
         _primary_keys(0)
     for name, table in ID_INDEXES:
         op.drop_index(name, table_name=table)

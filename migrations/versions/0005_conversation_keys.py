@@ -20,10 +20,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-# Frozen copy of store/schema.py's Id type as of this revision.
-Id = sa.String(length=36).with_variant(sa.UUID(as_uuid=False), "postgresql")
-
-HAS_KEY = sa.text("key IS NOT NULL")
+from chatledger.migrations._frozen import Id, create_tenant_key_index
 
 revision = "0005"
 down_revision = "0004"
@@ -43,21 +40,9 @@ def upgrade() -> None:
         "INSERT INTO chatledger_conversation_keys (tenant, key, conversation_id) "
         "SELECT tenant, key, id FROM chatledger_conversations WHERE key IS NOT NULL"
     )
-    op.drop_index(
-        "uq_chatledger_conversations_tenant_key",
-        table_name="chatledger_conversations",
-        sqlite_where=HAS_KEY,
-        postgresql_where=HAS_KEY,
-    )
+    op.drop_index("uq_chatledger_conversations_tenant_key", table_name="chatledger_conversations")
 
 
 def downgrade() -> None:
-    op.create_index(
-        "uq_chatledger_conversations_tenant_key",
-        "chatledger_conversations",
-        ["tenant", "key"],
-        unique=True,
-        sqlite_where=HAS_KEY,
-        postgresql_where=HAS_KEY,
-    )
+    create_tenant_key_index()
     op.drop_table("chatledger_conversation_keys")

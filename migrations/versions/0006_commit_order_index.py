@@ -24,6 +24,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
+from chatledger.migrations._frozen import on_postgres
+
 revision = "0006"
 down_revision = "0005"
 branch_labels = None
@@ -33,8 +35,7 @@ NAME = "ix_chatledger_events_commit_order"
 
 
 def upgrade() -> None:
-    bind = op.get_bind()
-    if bind.dialect.name == "postgresql":
+    if on_postgres():
         op.execute(f"CREATE INDEX IF NOT EXISTS {NAME} ON chatledger_events (txid, seq)")
     else:
         op.create_index(

@@ -26,10 +26,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-# Frozen copy of store/schema.py's Id type as of this revision.
-Id = sa.String(length=36).with_variant(sa.UUID(as_uuid=False), "postgresql")
-Timestamp = sa.DateTime(timezone=True)
-SEALED = sa.text("subject IS NOT NULL")
+from chatledger.migrations._frozen import Id, Timestamp, create_index
 
 revision = "0007"
 down_revision = "0006"
@@ -69,12 +66,11 @@ def upgrade() -> None:
     with op.batch_alter_table("chatledger_conversations", recreate="never") as batch:
         batch.add_column(sa.Column("subject", sa.String(200), nullable=True))
         batch.add_column(sa.Column("erased_at", Timestamp, nullable=True))
-    op.create_index(
+    create_index(
         "ix_chatledger_conversations_tenant_subject",
         "chatledger_conversations",
         ["tenant", "subject"],
-        sqlite_where=SEALED,
-        postgresql_where=SEALED,
+        where="subject IS NOT NULL",
     )
 
 
@@ -88,10 +84,7 @@ def downgrade() -> None:
             f"would leave them unreadable. Export them first (chatledger export)."
         )
     op.drop_index(
-        "ix_chatledger_conversations_tenant_subject",
-        table_name="chatledger_conversations",
-        sqlite_where=SEALED,
-        postgresql_where=SEALED,
+        "ix_chatledger_conversations_tenant_subject", table_name="chatledger_conversations"
     )
     with op.batch_alter_table("chatledger_conversations", recreate="never") as batch:
         batch.drop_column("erased_at")

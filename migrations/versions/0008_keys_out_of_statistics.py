@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from alembic import op
 
+from chatledger.migrations._frozen import on_postgres
+
 revision = "0008"
 down_revision = "0007"
 branch_labels = None
@@ -34,11 +36,11 @@ depends_on = None
 
 
 def upgrade() -> None:
-    if op.get_bind().dialect.name == "postgresql":
+    if on_postgres():
         op.execute("ALTER TABLE chatledger_subject_keys ALTER COLUMN wrapped SET STATISTICS 0")
         op.execute("ALTER TABLE chatledger_subject_keys ALTER COLUMN wrapped TYPE bytea")
 
 
 def downgrade() -> None:
-    if op.get_bind().dialect.name == "postgresql":
+    if on_postgres():
         op.execute("ALTER TABLE chatledger_subject_keys ALTER COLUMN wrapped SET STATISTICS -1")

@@ -132,20 +132,12 @@ def run_timeline(
     run = _runs.get_run(conn, tenant, run_id)
     started = conn.execute(
         sa.select(events.c.recorded_at)
-        .where(
-            events.c.run_id == run.id,
-            events.c.conversation_id == run.conversation_id,
-            events.c.kind == "run.started",
-        )
+        .where(_runs.events_of_run(run), events.c.kind == "run.started")
         .order_by(events.c.seq)
         .limit(1)
     ).scalar()
     began = run.started_at if started is None else _log.utc(started)
-    # The run's conversation, not just its id: `append_messages(run_id=)` lets
-    # anyone stamp any run id on their own events.
-    query = sa.select(events).where(
-        events.c.run_id == run.id, events.c.conversation_id == run.conversation_id
-    )
+    query = sa.select(events).where(_runs.events_of_run(run))
     if kinds:
         query = query.where(events.c.kind.in_(kinds))
 
@@ -188,11 +180,7 @@ def model_request(
     run = _runs.get_run(conn, tenant, run_id)
     rows = conn.execute(
         sa.select(events)
-        .where(
-            events.c.run_id == run.id,
-            events.c.conversation_id == run.conversation_id,
-            events.c.kind.in_(["run.started", "model.requested"]),
-        )
+        .where(_runs.events_of_run(run), events.c.kind.in_(["run.started", "model.requested"]))
         .order_by(events.c.seq)
     ).all()
     logged = [_log.event_from_row(r) for r in rows]

@@ -42,6 +42,7 @@ from chatledger.store.messages import load_messages
 from chatledger.store.schema import conversations, event_ids, events
 
 __all__ = [
+    "MINTED",
     "changed_fields",
     "check_ids",
     "check_ids_free",
@@ -62,6 +63,13 @@ MESSAGE = "message.recorded"
 Opening = Callable[[list[str]], list[str]]
 """What a read does to stored payloads before it parses them: opens the sealed ones
 (or refuses them, on a store without a key)."""
+
+
+MINTED = sa.and_(
+    event_ids.c.conversation_id == events.c.conversation_id,
+    event_ids.c.event_seq == events.c.seq,
+)
+"""The join of an event and the id its caller minted for it (`chatledger_event_ids`)."""
 
 
 def _unopened(texts: list[str]) -> list[str]:
@@ -115,13 +123,9 @@ def entry(conn: Connection, tenant: str, event_id: str, opening: Opening = _unop
     row = conn.execute(
         sa.select(*_COLUMNS)
         .select_from(
-            event_ids.join(
-                events,
-                sa.and_(
-                    events.c.conversation_id == event_ids.c.conversation_id,
-                    events.c.seq == event_ids.c.event_seq,
-                ),
-            ).join(conversations, conversations.c.id == event_ids.c.conversation_id)
+            event_ids.join(events, MINTED).join(
+                conversations, conversations.c.id == event_ids.c.conversation_id
+            )
         )
         .where(event_ids.c.id == event_id, conversations.c.tenant == tenant)
     ).first()

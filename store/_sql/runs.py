@@ -63,6 +63,7 @@ from chatledger.store.schema import branches, conversations, events, runs
 __all__ = [
     "claim_stale_runs",
     "end_run",
+    "events_of_run",
     "get_run",
     "list_runs",
     "record",
@@ -583,15 +584,18 @@ def _stored_end(
     return seal.key.seal(error, {}), ending
 
 
+def events_of_run(run: Run) -> sa.ColumnElement[bool]:
+    """The condition for the run's own events: in the run's conversation, not just
+    stamped with its id, since `append_messages(run_id=)` lets anyone stamp any run
+    id on their own events."""
+    return sa.and_(events.c.run_id == run.id, events.c.conversation_id == run.conversation_id)
+
+
 def _logged_counts(conn: Connection, run: Run) -> tuple[int, int]:
     """Model requests answered and tools finished, as the run's events record them."""
     rows = conn.execute(
         sa.select(events.c.kind, sa.func.count())
-        .where(
-            events.c.run_id == run.id,
-            events.c.conversation_id == run.conversation_id,
-            events.c.kind.in_(["model.responded", "tool.finished"]),
-        )
+        .where(events_of_run(run), events.c.kind.in_(["model.responded", "tool.finished"]))
         .group_by(events.c.kind)
     ).all()
     found = {kind: count for kind, count in rows}

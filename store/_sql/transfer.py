@@ -39,6 +39,7 @@ from sqlalchemy.engine import Connection
 from chatledger.store._checks import MAX_INT32
 from chatledger.store._errors import InvalidInputError
 from chatledger.store._sql.dialect import is_sqlite
+from chatledger.store._sql.entries import MINTED
 from chatledger.store._sql.log import get_conversation, utc
 from chatledger.store._values import VALUE_CONFIG, BranchReason, EventKind, Origin, RunStatus
 from chatledger.store.ids import is_id
@@ -347,15 +348,7 @@ def export(
         for branch in tree:
             query = (
                 sa.select(events, minted)
-                .select_from(
-                    events.outerjoin(
-                        event_ids,
-                        sa.and_(
-                            event_ids.c.conversation_id == events.c.conversation_id,
-                            event_ids.c.event_seq == events.c.seq,
-                        ),
-                    )
-                )
+                .select_from(events.outerjoin(event_ids, MINTED))
                 .where(events.c.conversation_id == cid, events.c.branch_id == branch.id)
                 .order_by(events.c.position)
             )
