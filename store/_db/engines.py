@@ -262,7 +262,9 @@ class DriverConnections:
         self._sqlite = is_sqlite(engine)
         self._recycle = recycle
         self._idle: list[tuple[float, Any]] = []
-        self._slots = threading.BoundedSemaphore(size)
+        self._size = size
+        self._in_use = 0
+        self._lock = threading.Lock()
         self._pid = os.getpid()
         self._closed = False
 
@@ -271,8 +273,10 @@ class DriverConnections:
 
         Returns (False, None) without running it when every connection is in use.
         """
-        if not self._slots.acquire(blocking=False):
-            return False, None
+        with self._lock:
+            if self._in_use >= self._size:
+                return False, None
+            self._in_use += 1
         try:
             born, fairy = self._take()
             healthy = False
@@ -300,7 +304,8 @@ class DriverConnections:
             finally:
                 self._give(born, fairy, healthy)
         finally:
-            self._slots.release()
+            with self._lock:
+                self._in_use -= 1
 
     def close(self) -> None:
         """Close the idle connections; those in use close when they come back."""

@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import re
 import sqlite3
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from typing import Literal
 
 import psycopg
 import sqlalchemy as sa
@@ -87,18 +87,29 @@ def unique_violation(error: BaseException, table: sa.Table, columns: Sequence[st
     return False
 
 
-@contextmanager
-def translating(action: str) -> Iterator[None]:
-    """Translate driver errors raised while doing `action` (a gerund phrase)."""
-    try:
-        yield
-    except ChatledgerError:
-        raise
-    except (sa_exc.DBAPIError, sqlite3.Error, psycopg.Error) as error:
-        # The fast paths use the driver's cursor directly, so its own errors
-        # arrive here unwrapped; both kinds are read the same way.
-        orig = error.orig if isinstance(error, sa_exc.DBAPIError) else error
-        raise _translated(action, error, orig) from error
+class translating:
+    """Translate driver errors raised while doing `action` (a gerund phrase), in a
+    `with` block. A class, not a generator: it wraps every operation."""
+
+    __slots__ = ("action",)
+
+    def __init__(self, action: str) -> None:
+        self.action = action
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, tb: object
+    ) -> Literal[False]:
+        if isinstance(error, sa_exc.DBAPIError | sqlite3.Error | psycopg.Error) and not isinstance(
+            error, ChatledgerError
+        ):
+            # The fast paths use the driver's cursor directly, so its own errors
+            # arrive here unwrapped; both kinds are read the same way.
+            orig = error.orig if isinstance(error, sa_exc.DBAPIError) else error
+            raise _translated(self.action, error, orig) from error
+        return False
 
 
 def _translated(action: str, error: Exception, orig: BaseException | None) -> ChatledgerError:
