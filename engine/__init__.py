@@ -5,11 +5,10 @@ other light entry points do not pay for the providers, httpx or the store's
 database layer.
 """
 
-import importlib as _importlib
-import importlib.util as _importlib_util
 import typing as _typing
 
 from chatledger import __version__
+from chatledger._lazy import lazy_names as _lazy_names
 
 if _typing.TYPE_CHECKING:
     from chatledger.engine._errors import Partial, RunError
@@ -61,20 +60,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> _typing.Any:
-    module = _LAZY.get(name)
-    if module is not None:
-        value = getattr(_importlib.import_module(module, __name__), name)
-    elif not name.startswith("_") and _importlib_util.find_spec(f"{__name__}.{name}"):
-        value = _importlib.import_module(f"{__name__}.{name}")  # a submodule, as `engine.providers`
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = value  # once loaded, a plain attribute
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = _lazy_names(globals(), _LAZY)
 
 
 __all__ = [  # noqa: RUF022 (sorted as the test sorts: plain str order)

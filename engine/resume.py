@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -100,13 +101,7 @@ class ResumeWorker:
         """
         outcomes = []
         for _ in range(limit):
-            claimed = await asyncio.to_thread(
-                self.store.claim_stale_runs,
-                owner=self.owner,
-                limit=1,
-                lease_seconds=self.lease_seconds,
-                max_attempts=self.max_attempts,
-            )
+            claimed = await self._claim_one(self.store.claim_stale_runs)
             if not claimed:
                 break
             ((run, cursor),) = claimed
@@ -126,14 +121,7 @@ class ResumeWorker:
         """
         run = await asyncio.to_thread(ledger.runs.get, run_id)
         if run.status == "running":
-            claimed = await asyncio.to_thread(
-                ledger.runs.claim_stale,
-                owner=self.owner,
-                limit=1,
-                lease_seconds=self.lease_seconds,
-                max_attempts=self.max_attempts,
-                run_id=run_id,
-            )
+            claimed = await self._claim_one(ledger.runs.claim_stale, run_id=run_id)
             if claimed:
                 return await self._handle(*claimed[0])
             run = await asyncio.to_thread(ledger.runs.get, run_id)
@@ -148,6 +136,19 @@ class ResumeWorker:
             if not await self.run_once():
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=poll_seconds)
+
+    async def _claim_one(
+        self, claim: Callable[..., list[tuple[Run, RunCursor]]], **which: str
+    ) -> list[tuple[Run, RunCursor]]:
+        """At most one stale run by `claim`, leased to this worker on its terms."""
+        return await asyncio.to_thread(
+            claim,
+            owner=self.owner,
+            limit=1,
+            lease_seconds=self.lease_seconds,
+            max_attempts=self.max_attempts,
+            **which,
+        )
 
     async def _handle(self, run: Run, cursor: RunCursor) -> ResumeOutcome:
         ledger = self.store.tenant(run.tenant)

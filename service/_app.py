@@ -29,6 +29,7 @@ from typing import Annotated, Any
 
 from fastapi import Body, Depends, FastAPI, Query, Request, Security
 from fastapi.security import HTTPBearer
+from fastapi.types import DecoratedCallable
 from pydantic import BaseModel
 from sse_starlette import EventSourceResponse
 from starlette.responses import Response
@@ -177,6 +178,10 @@ def create_app(
         ui_router(lambda request: service.store.tenant(request.scope[TENANT_SCOPE_KEY]))
     )
 
+    def read(path: str, model: type[BaseModel]) -> Callable[[DecoratedCallable], DecoratedCallable]:
+        """A GET route of the `read` tag, answering `model` or one of the errors."""
+        return app.get(path, response_model=model, tags=["read"], responses=_ERRORS)
+
     @app.get("/healthz", response_model=Health, tags=["service"])
     async def healthz() -> Response:
         """Whether the service is up: open, without a key, and it reads no database."""
@@ -241,7 +246,7 @@ def create_app(
         # gone after a minute: its run is cancelled, its partial kept.
         return EventSourceResponse(stream.events(task), ping=15, send_timeout=60)
 
-    @app.get("/v1/conversations", response_model=ConversationsOut, tags=["read"], responses=_ERRORS)
+    @read("/v1/conversations", ConversationsOut)
     async def conversations(
         ledger: Ledger_,
         limit: Annotated[int, Query(ge=1, le=1000, description="The page's size.")] = 50,
@@ -270,22 +275,12 @@ def create_app(
             )
         )
 
-    @app.get(
-        "/v1/conversations/{conversation_id}",
-        response_model=ConversationOut,
-        tags=["read"],
-        responses=_ERRORS,
-    )
+    @read("/v1/conversations/{conversation_id}", ConversationOut)
     async def conversation(conversation_id: Id, ledger: Ledger_) -> Response:
         """A conversation: its head and where it came from."""
         return _json(ConversationOut.of(await ledger.conversation(conversation_id)))
 
-    @app.get(
-        "/v1/conversations/{conversation_id}/messages",
-        response_model=MessagesOut,
-        tags=["read"],
-        responses=_ERRORS,
-    )
+    @read("/v1/conversations/{conversation_id}/messages", MessagesOut)
     async def messages(
         conversation_id: Id,
         ledger: Ledger_,
@@ -311,12 +306,7 @@ def create_app(
             exclude_defaults=True,
         )
 
-    @app.get(
-        "/v1/conversations/{conversation_id}/runs",
-        response_model=RunsOut,
-        tags=["read"],
-        responses=_ERRORS,
-    )
+    @read("/v1/conversations/{conversation_id}/runs", RunsOut)
     async def runs(
         conversation_id: Id,
         ledger: Ledger_,
@@ -343,7 +333,7 @@ def create_app(
         forked = await ledger.fork(conversation_id, at=body.at if body else None)
         return _json(ForkResponse(conversation_id=forked.id, forked_from=conversation_id), 201)
 
-    @app.get("/v1/runs/{run_id}", response_model=RunOut, tags=["read"], responses=_ERRORS)
+    @read("/v1/runs/{run_id}", RunOut)
     async def run(run_id: Id, ledger: Ledger_) -> Response:
         """One run and its timeline: every event it recorded, in order."""
         found = await ledger.runs.get(run_id)

@@ -133,18 +133,12 @@ class AskResponse(Wire):
 
     @classmethod
     def of(cls, result: Result, sources: list[Source]) -> AskResponse:
-        usage = result.usage
         return cls(
             conversation_id=result.conversation_id,
             run_id=result.run_id,
             answer=result.output,
             sources=list(sources),
-            usage=UsageOut(
-                input_tokens=usage.input_tokens,
-                output_tokens=usage.output_tokens,
-                cache_read_tokens=usage.cache_read_tokens,
-                cache_write_tokens=usage.cache_write_tokens,
-            ),
+            usage=UsageOut.model_validate(result.usage, from_attributes=True),
             request_count=result.request_count,
             tool_count=result.tool_count,
         )
@@ -188,17 +182,7 @@ class ConversationOut(Wire):
 
     @classmethod
     def of(cls, conversation: Conversation) -> ConversationOut:
-        return cls(
-            id=conversation.id,
-            head=conversation.head,
-            created_at=conversation.created_at,
-            metadata=conversation.metadata,
-            forked_from=conversation.forked_from,
-            key=conversation.key,
-            state=conversation.state,
-            subject=conversation.subject,
-            erased_at=conversation.erased_at,
-        )
+        return cls.model_validate(conversation, from_attributes=True)
 
 
 class ConversationsOut(Wire):

@@ -7,11 +7,10 @@ twins, `Audit`, `Page`, `Verification`) load SQLAlchemy, psycopg and Alembic
 only when first named.
 """
 
-import importlib as _importlib
-import importlib.util as _importlib_util
 import typing as _typing
 
 from chatledger import __version__
+from chatledger._lazy import lazy_names as _lazy_names
 
 if _typing.TYPE_CHECKING:
     from chatledger.store._async import AsyncLedger, AsyncRetention, AsyncRuns, AsyncStore
@@ -159,20 +158,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> _typing.Any:
-    module = _LAZY.get(name)
-    if module is not None:
-        value = getattr(_importlib.import_module(module, __name__), name)
-    elif not name.startswith("_") and _importlib_util.find_spec(f"{__name__}.{name}"):
-        value = _importlib.import_module(f"{__name__}.{name}")  # a submodule, as `store.schema`
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = value  # once loaded, a plain attribute
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = _lazy_names(globals(), _LAZY)
 
 
 __all__ = [

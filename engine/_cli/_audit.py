@@ -126,38 +126,13 @@ def _refuse_without_instructions(ledger: Ledger, run_id: str) -> None:
 
 
 def tools(args: argparse.Namespace) -> int:
-    since, until = _window(args)
-    page = _pages(
-        args,
-        lambda a, after: a.tool_executions(
-            conversation_id=args.conversation,
-            run_id=args.run,
-            tool_name=args.tool,
-            status=args.status,
-            since=since,
-            until=until,
-            after=after,
-            limit=args.limit,
-        ),
-    )
+    page = _listing(args, Audit.tool_executions, tool_name=args.tool, status=args.status)
     out = to_json(page, Page[ToolExecution])
     return _print_page(args, out, _tool_row, "No tool executions.")
 
 
 def messages(args: argparse.Namespace) -> int:
-    since, until = _window(args)
-    page = _pages(
-        args,
-        lambda a, after: a.supplied_and_repaired(
-            conversation_id=args.conversation,
-            run_id=args.run,
-            origin=args.origin,
-            since=since,
-            until=until,
-            after=after,
-            limit=args.limit,
-        ),
-    )
+    page = _listing(args, Audit.supplied_and_repaired, origin=args.origin)
     out = to_json(page, Page[Event], exclude={"items": {"__all__": EVENT_EXCLUDE}})
     return _print_page(args, out, _message_row, "No client or repair messages.")
 
@@ -215,22 +190,14 @@ def lineage(args: argparse.Namespace) -> int:
 
 
 def events(args: argparse.Namespace) -> int:
-    since, until = _window(args)
     failed = True if args.failed else False if args.not_failed else None
-    page = _pages(
+    page = _listing(
         args,
-        lambda a, after: a.events(
-            conversation_id=args.conversation,
-            run_id=args.run,
-            kinds=args.kind,
-            tool_name=args.tool,
-            origin=args.origin,
-            failed=failed,
-            since=since,
-            until=until,
-            after=after,
-            limit=args.limit,
-        ),
+        Audit.events,
+        kinds=args.kind,
+        tool_name=args.tool,
+        origin=args.origin,
+        failed=failed,
     )
     out = to_json(page, Page[Event], exclude={"items": {"__all__": EVENT_EXCLUDE}})
     return _print_page(args, out, event_row, "No events.")
@@ -244,6 +211,25 @@ def _window(args: argparse.Namespace) -> tuple[datetime | None, datetime | None]
     return (
         None if args.since is None else parse_time(args.since, "--since"),
         None if args.until is None else parse_time(args.until, "--until"),
+    )
+
+
+def _listing(args: argparse.Namespace, read: Callable[..., Page[T]], **filters: Any) -> Page[T]:
+    """The page(s) of an audit listing narrowed by `--conversation`, `--run`,
+    `--since`, `--until` and `filters`."""
+    since, until = _window(args)
+    return _pages(
+        args,
+        lambda a, after: read(
+            a,
+            conversation_id=args.conversation,
+            run_id=args.run,
+            since=since,
+            until=until,
+            after=after,
+            limit=args.limit,
+            **filters,
+        ),
     )
 
 

@@ -19,7 +19,7 @@ from chatledger.engine.providers._errors import (
     ModelResponseError,
     ModelStreamError,
 )
-from chatledger.engine.providers._wire import tool_arguments
+from chatledger.engine.providers._wire import checked_tool_choice, tool_arguments
 from chatledger.store.messages import (
     DataPart,
     Message,
@@ -180,24 +180,13 @@ def tools_to_wire(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
 
 def tool_choice_to_wire(choice: ToolChoice | None, tools: Sequence[ToolSpec]) -> Any:
     """`auto`, `none`, `required` (Anthropic: `any`) or a tool name (`tool`)."""
+    choice = checked_tool_choice(choice, tools, provider=PROVIDER)
     if choice is None:
         return None
-    if not tools:
-        if choice in ("auto", "none"):
-            return None
-        raise _request_error(
-            f"tool_choice is {choice!r}, but the request declares no tools. Declare the tool, "
-            f"or use 'auto'."
-        )
     if choice in ("auto", "none"):
         return {"type": choice}
     if choice == "required":
         return {"type": "any"}
-    if choice not in {t.name for t in tools}:
-        raise _request_error(
-            f"tool_choice names {choice!r}, which is not among the request's tools "
-            f"({', '.join(t.name for t in tools)}). Name a declared tool."
-        )
     return {"type": "tool", "name": choice}
 
 

@@ -17,7 +17,7 @@ from chatledger.engine.providers._errors import (
     ModelResponseError,
     ModelStreamError,
 )
-from chatledger.engine.providers._wire import tool_arguments_text
+from chatledger.engine.providers._wire import checked_tool_choice, tool_arguments_text
 from chatledger.store.messages import (
     DataPart,
     Message,
@@ -159,22 +159,9 @@ def tool_choice_to_wire(choice: ToolChoice | None, tools: Sequence[ToolSpec]) ->
     Returns None when nothing should be sent: no choice, or `auto`/`none`
     without tools (servers reject a tool_choice without tools).
     """
-    if choice is None:
-        return None
-    if not tools:
-        if choice in ("auto", "none"):
-            return None
-        raise _request_error(
-            f"tool_choice is {choice!r}, but the request declares no tools. Declare the tool, "
-            f"or use 'auto'."
-        )
-    if choice in ("auto", "none", "required"):
+    choice = checked_tool_choice(choice, tools, provider=PROVIDER)
+    if choice is None or choice in ("auto", "none", "required"):
         return choice
-    if choice not in {t.name for t in tools}:
-        raise _request_error(
-            f"tool_choice names {choice!r}, which is not among the request's tools "
-            f"({', '.join(t.name for t in tools)}). Name a declared tool."
-        )
     return {"type": "function", "function": {"name": choice}}
 
 

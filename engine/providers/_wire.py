@@ -5,14 +5,15 @@ from __future__ import annotations
 import inspect
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from chatledger.engine.providers._base import Delta, DeltaCallback
+from chatledger.engine.providers._base import Delta, DeltaCallback, ToolChoice, ToolSpec
 from chatledger.engine.providers._errors import ModelConfigError, ModelRequestError
 from chatledger.store.messages import ToolCall
 
 __all__ = [
+    "checked_tool_choice",
     "emit",
     "encode_body",
     "merge_settings",
@@ -56,6 +57,34 @@ def tool_arguments_text(call: ToolCall) -> str:
     if call.arguments_object() is not None:
         return call.arguments
     return json.dumps({"truncated_args": call.arguments}, ensure_ascii=False, separators=(",", ":"))
+
+
+def checked_tool_choice(
+    choice: ToolChoice | None, tools: Sequence[ToolSpec], *, provider: str
+) -> ToolChoice | None:
+    """`choice` checked against the request's tools, or None when nothing should be sent:
+    no choice, or `auto`/`none` without tools (servers reject a tool_choice without tools).
+
+    Raises `ModelRequestError` for `required` or a name when the request declares no
+    tools, and for a name that is not among its tools.
+    """
+    if choice is None:
+        return None
+    if not tools:
+        if choice in ("auto", "none"):
+            return None
+        raise ModelRequestError(
+            f"tool_choice is {choice!r}, but the request declares no tools. Declare the tool, "
+            f"or use 'auto'.",
+            provider=provider,
+        )
+    if choice not in ("auto", "none", "required") and choice not in {t.name for t in tools}:
+        raise ModelRequestError(
+            f"tool_choice names {choice!r}, which is not among the request's tools "
+            f"({', '.join(t.name for t in tools)}). Name a declared tool.",
+            provider=provider,
+        )
+    return choice
 
 
 def merge_settings(
