@@ -13,8 +13,13 @@ from chatledger import __version__
 from chatledger._lazy import lazy_names as _lazy_names
 
 if _typing.TYPE_CHECKING:
-    from chatledger.store._async import AsyncLedger, AsyncRetention, AsyncRuns, AsyncStore
-    from chatledger.store._audit import AsyncAudit, Audit
+    from chatledger.store._async import (
+        AsyncAudit,
+        AsyncLedger,
+        AsyncRetention,
+        AsyncRuns,
+        AsyncStore,
+    )
     from chatledger.store._crypto import KeyEncryptionKey, LocalKek
     from chatledger.store._errors import (
         ChatledgerError,
@@ -36,7 +41,7 @@ if _typing.TYPE_CHECKING:
     from chatledger.store._sql.retention import RetentionPolicy
     from chatledger.store._sql.transfer import ExportReport, ImportFileError, ImportReport
     from chatledger.store._sql.verify import Recompute, Verification
-    from chatledger.store._store import Ledger, Retention, Runs, Store
+    from chatledger.store._store import Audit, Ledger, Retention, Runs, Store
     from chatledger.store._values import (
         Appended,
         Branch,
@@ -85,12 +90,12 @@ if _typing.TYPE_CHECKING:
 # Each public name, and the module it comes from.
 _LAZY = {
     "Appended": "._values",
-    "AsyncAudit": "._audit",
+    "AsyncAudit": "._async",
     "AsyncLedger": "._async",
     "AsyncRetention": "._async",
     "AsyncRuns": "._async",
     "AsyncStore": "._async",
-    "Audit": "._audit",
+    "Audit": "._store",
     "Branch": "._values",
     "ChatledgerError": "._errors",
     "ConflictError": "._errors",

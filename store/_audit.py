@@ -1,12 +1,12 @@
-"""The audit operations and their faces: `ledger.audit` and `async_ledger.audit`.
+"""The audit operations, declared once (`AuditOperations`): what `ledger.audit` and
+`async_ledger.audit` run.
 
-Arguments are validated by `_AuditOps`, before any transaction begins; each
-query is then one `Op` over a function of `store._sql.audit`, run by whatever
-executes `Op`s (`Store` or `AsyncStore`, typed here as the `Executor` and
-`AsyncExecutor` protocols, so this module imports neither). Each face method
-is one call, and the sync and async faces share every line of logic. Every
-audit query reads the log as of a moment ago, so a read replica may answer
-it (`_query`).
+Arguments are validated when an operation is built, before any transaction
+begins; each query is then one `Op` over a function of `store._sql.audit`,
+run by whatever executes `Op`s (`Audit` and `AsyncAudit` hold a `Store` or an
+`AsyncStore` as the `Executor` and `AsyncExecutor` protocols). Every audit
+query reads the log as of a moment ago, so a read replica may answer it
+(`_query`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any, Literal, TypeVar, get_args
 from sqlalchemy.engine import Connection
 
 from chatledger.store._errors import InvalidInputError
-from chatledger.store._sealing import Program, adrive, drive, then
+from chatledger.store._sealing import Program, then
 from chatledger.store._sql import log as _log
 from chatledger.store._sql.audit import (
     Filter,
@@ -29,7 +29,7 @@ from chatledger.store._sql.audit import (
     run_timeline,
     tool_executions,
 )
-from chatledger.store._sql.ops import AsyncExecutor, Executor, Op
+from chatledger.store._sql.ops import Op
 from chatledger.store._sql.pages import DEFAULT_LIMIT, Page
 from chatledger.store._values import (
     Event,
@@ -42,7 +42,7 @@ from chatledger.store._values import (
 )
 from chatledger.store.history import HistoryProcessor
 
-__all__ = ["AsyncAudit", "Audit"]
+__all__ = ["AuditOperations"]
 
 T = TypeVar("T")
 
@@ -307,330 +307,3 @@ class AuditOperations:
             self.tenant,
             fn=lambda c: list_events(c, self.tenant, f, after=after, limit=limit),
         )
-
-
-class Audit:
-    """Audit queries scoped to one tenant: `store.tenant("acme").audit`.
-
-    Lists come in pages (`Page`): pass `next_after` back as `after` to read
-    on. Times are compared with `recorded_at` (database clock, UTC; a naive
-    datetime means UTC): `since` inclusive, `until` exclusive.
-    """
-
-    def __init__(self, store: Executor, tenant: str) -> None:
-        self._store = store
-        self._ops = AuditOperations(tenant)
-
-    # -- operations: written by scripts/faces.py from their declarations; edit those --
-
-    def events(
-        self,
-        *,
-        conversation_id: str | None = None,
-        run_id: str | None = None,
-        kinds: str | Sequence[str] | None = None,
-        tool_name: str | None = None,
-        origin: Origin | Sequence[Origin] | None = None,
-        failed: bool | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        after: str | None = None,
-        limit: int = DEFAULT_LIMIT,
-    ) -> Page[Event]:
-        """The tenant's events, filtered, in commit order.
-
-        Args:
-            conversation_id: only events the conversation wrote (a fork's
-                inherited events belong to its source).
-            run_id: only events stamped with the run.
-            kinds: one kind or several.
-            tool_name: `tool.started` events and tool results naming the tool.
-            origin: `run`, `client` or `repair` (or several).
-            failed: True for events recording a failure (`tool.finished` and
-                tool results marked failed, `run.failed`); False for the rest.
-        """
-        return self._store.execute(
-            self._ops.events(
-                conversation_id=conversation_id,
-                run_id=run_id,
-                kinds=kinds,
-                tool_name=tool_name,
-                origin=origin,
-                failed=failed,
-                since=since,
-                until=until,
-                after=after,
-                limit=limit,
-            )
-        )
-
-    def run_timeline(
-        self,
-        run_id: str,
-        *,
-        kinds: str | Sequence[str] | None = None,
-        after: str | None = None,
-        limit: int = DEFAULT_LIMIT,
-    ) -> Page[TimelineEntry]:
-        """Every event of the run, in order, with its stage and time since `run.started`."""
-        return self._store.execute(
-            self._ops.run_timeline(run_id, kinds=kinds, after=after, limit=limit)
-        )
-
-    def model_request(
-        self,
-        run_id: str,
-        request: int,
-        *,
-        instructions: str,
-        context: str = '',
-        history_processor: HistoryProcessor | None = None,
-    ) -> RecordedRequest:
-        """Model request number `request` of the run, rebuilt from the log.
-
-        Args:
-            instructions: the instructions the run resolved; the log keeps
-                only their sha256, which they must match (`InvalidInputError`).
-            context: text the run added to the system message after the
-                instructions (the engine's retrieval context block).
-            history_processor: the agent's history processor, if it had one.
-        """
-        return drive(
-            self._ops.model_request(
-                run_id,
-                request,
-                instructions=instructions,
-                context=context,
-                history_processor=history_processor,
-            ),
-            self._store.execute,
-        )
-
-    def tool_executions(
-        self,
-        *,
-        conversation_id: str | None = None,
-        run_id: str | None = None,
-        tool_name: str | None = None,
-        status: ToolStatus | Sequence[ToolStatus] | None = None,
-        failed: bool | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        after: str | None = None,
-        limit: int = DEFAULT_LIMIT,
-    ) -> Page[ToolExecution]:
-        """Every tool call started, with how it ended (`ToolExecution.status`).
-
-        `status="uncertain"` lists the calls that started and never finished,
-        whose side effects are unknown. `failed=True` is `status="failed"`,
-        `failed=False` is `status="finished"`. The time range applies to the
-        call's start.
-        """
-        return self._store.execute(
-            self._ops.tool_executions(
-                conversation_id=conversation_id,
-                run_id=run_id,
-                tool_name=tool_name,
-                status=status,
-                failed=failed,
-                since=since,
-                until=until,
-                after=after,
-                limit=limit,
-            )
-        )
-
-    def supplied_and_repaired(
-        self,
-        *,
-        conversation_id: str | None = None,
-        run_id: str | None = None,
-        origin: Literal['client', 'repair'] | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        after: str | None = None,
-        limit: int = DEFAULT_LIMIT,
-    ) -> Page[Event]:
-        """Every message a caller supplied (origin `client`) or repair synthesized (`repair`).
-
-        What a run produced has origin `run`; these are the others, so
-        evidence is never confused with content a caller asserted.
-        """
-        return self._store.execute(
-            self._ops.supplied_and_repaired(
-                conversation_id=conversation_id,
-                run_id=run_id,
-                origin=origin,
-                since=since,
-                until=until,
-                after=after,
-                limit=limit,
-            )
-        )
-
-    def lineage(self, conversation_id: str) -> Lineage:
-        """The conversation's branches, forks in and out, and resumes."""
-        return self._store.execute(self._ops.lineage(conversation_id))
-
-    # -- end of the operations --
-
-
-class AsyncAudit:
-    """The async face of `Audit`: the same queries, as coroutines."""
-
-    def __init__(self, store: AsyncExecutor, tenant: str) -> None:
-        self._store = store
-        self._ops = AuditOperations(tenant)
-
-    # -- operations: written by scripts/faces.py from their declarations; edit those --
-
-    async def events(
-        self,
-        *,
-        conversation_id: str | None = None,
-        run_id: str | None = None,
-        kinds: str | Sequence[str] | None = None,
-        tool_name: str | None = None,
-        origin: Origin | Sequence[Origin] | None = None,
-        failed: bool | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        after: str | None = None,
-        limit: int = DEFAULT_LIMIT,
-    ) -> Page[Event]:
-        """The tenant's events, filtered, in commit order.
-
-        Args:
-            conversation_id: only events the conversation wrote (a fork's
-                inherited events belong to its source).
-            run_id: only events stamped with the run.
-            kinds: one kind or several.
-            tool_name: `tool.started` events and tool results naming the tool.
-            origin: `run`, `client` or `repair` (or several).
-            failed: True for events recording a failure (`tool.finished` and
-                tool results marked failed, `run.failed`); False for the rest.
-        """
-        return await self._store.execute(
-            self._ops.events(
-                conversation_id=conversation_id,
-                run_id=run_id,
-                kinds=kinds,
-                tool_name=tool_name,
-                origin=origin,
-                failed=failed,
-                since=since,
-                until=until,
-                after=after,
-                limit=limit,
-            )
-        )
-
-    async def run_timeline(
-        self,
-        run_id: str,
-        *,
-        kinds: str | Sequence[str] | None = None,
-        after: str | None = None,
-        limit: int = DEFAULT_LIMIT,
-    ) -> Page[TimelineEntry]:
-        """Every event of the run, in order, with its stage and time since `run.started`."""
-        return await self._store.execute(
-            self._ops.run_timeline(run_id, kinds=kinds, after=after, limit=limit)
-        )
-
-    async def model_request(
-        self,
-        run_id: str,
-        request: int,
-        *,
-        instructions: str,
-        context: str = '',
-        history_processor: HistoryProcessor | None = None,
-    ) -> RecordedRequest:
-        """Model request number `request` of the run, rebuilt from the log.
-
-        Args:
-            instructions: the instructions the run resolved; the log keeps
-                only their sha256, which they must match (`InvalidInputError`).
-            context: text the run added to the system message after the
-                instructions (the engine's retrieval context block).
-            history_processor: the agent's history processor, if it had one.
-        """
-        return await adrive(
-            self._ops.model_request(
-                run_id,
-                request,
-                instructions=instructions,
-                context=context,
-                history_processor=history_processor,
-            ),
-            self._store.execute,
-        )
-
-    async def tool_executions(
-        self,
-        *,
-        conversation_id: str | None = None,
-        run_id: str | None = None,
-        tool_name: str | None = None,
-        status: ToolStatus | Sequence[ToolStatus] | None = None,
-        failed: bool | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        after: str | None = None,
-        limit: int = DEFAULT_LIMIT,
-    ) -> Page[ToolExecution]:
-        """Every tool call started, with how it ended (`ToolExecution.status`).
-
-        `status="uncertain"` lists the calls that started and never finished,
-        whose side effects are unknown. `failed=True` is `status="failed"`,
-        `failed=False` is `status="finished"`. The time range applies to the
-        call's start.
-        """
-        return await self._store.execute(
-            self._ops.tool_executions(
-                conversation_id=conversation_id,
-                run_id=run_id,
-                tool_name=tool_name,
-                status=status,
-                failed=failed,
-                since=since,
-                until=until,
-                after=after,
-                limit=limit,
-            )
-        )
-
-    async def supplied_and_repaired(
-        self,
-        *,
-        conversation_id: str | None = None,
-        run_id: str | None = None,
-        origin: Literal['client', 'repair'] | None = None,
-        since: datetime | None = None,
-        until: datetime | None = None,
-        after: str | None = None,
-        limit: int = DEFAULT_LIMIT,
-    ) -> Page[Event]:
-        """Every message a caller supplied (origin `client`) or repair synthesized (`repair`).
-
-        What a run produced has origin `run`; these are the others, so
-        evidence is never confused with content a caller asserted.
-        """
-        return await self._store.execute(
-            self._ops.supplied_and_repaired(
-                conversation_id=conversation_id,
-                run_id=run_id,
-                origin=origin,
-                since=since,
-                until=until,
-                after=after,
-                limit=limit,
-            )
-        )
-
-    async def lineage(self, conversation_id: str) -> Lineage:
-        """The conversation's branches, forks in and out, and resumes."""
-        return await self._store.execute(self._ops.lineage(conversation_id))
-
-    # -- end of the operations --

@@ -1,9 +1,9 @@
 """The sync and async faces offer the same operations, with the same parameters.
 
 Their operations are written from one declaration each (`store._ops`) by
-scripts/faces.py, so the first test here is that the files hold what it
-writes: an edit by hand, or a declaration changed without regenerating,
-fails it.
+scripts/faces.py, into the faces' bases in `store/_faces.py`, so the first test
+here is that the file holds what it writes: an edit by hand, or a declaration
+changed without regenerating, fails it.
 
 Each pair is compared member by member with `inspect`: the same public
 names, the same kind of member, the same parameters (names, kinds, defaults,
@@ -98,10 +98,14 @@ def test_the_faces_hold_what_their_declarations_write() -> None:
 
 
 def members(cls: type) -> dict[str, Any]:
-    """The public members a class defines, and the dunders that shape its use."""
+    """The public members a face has, its generated base's operations (`store._faces`)
+    included, and the dunders that shape its use."""
+    found: dict[str, Any] = {}
+    for klass in reversed(cls.__mro__[:-1]):  # the face's own override its base's
+        found.update(vars(klass))
     return {
         name: value
-        for name, value in vars(cls).items()
+        for name, value in found.items()
         if not name.startswith("_") or name in DUNDERS or name in RENAMED.values()
     }
 
