@@ -41,7 +41,9 @@ class Face:
     execute: str
     operations: tuple[tuple[str, str], ...]
     fields: tuple[str, ...]
-    """What the base uses of the class that inherits it, declared for the type checker."""
+    """What the base uses of the class that inherits it, declared for the type checker;
+    none for a tenant's sub-handle, which the base constructs from its store and the
+    tenant's `Operations`."""
     connection: str | None = None  # the type of `migrate`'s `connection`, on a store
     sync: str | None = None
     """On an async face: the sync face whose docstrings it points to."""
@@ -114,8 +116,8 @@ def faces() -> list[Face]:
                 LEDGER,
                 (*tenant, f"def _tail(self, settings: TailSettings) -> {iterator}[Page[Event]]: ..."),
             ),
-            (f"{a}Runs", "Operations", "self._store.execute", RUNS, tenant),
-            (f"{a}Retention", "Operations", "self._store.execute", RETENTION, tenant),
+            (f"{a}Runs", "Operations", "self._store.execute", RUNS, ()),
+            (f"{a}Retention", "Operations", "self._store.execute", RETENTION, ()),
             (
                 f"{a}Audit",
                 "AuditOperations",
@@ -234,11 +236,20 @@ def method(face: Face, name: str, fn: ast.FunctionDef, source: str) -> list[str]
 def render(face: Face, declared: Declared) -> list[str]:
     source, methods = declared[face.declared_by]
     owner = face.name.removesuffix("Face")
-    lines = [f"class {face.name}:", f'    """The operations of `{owner}`."""', "", "    if TYPE_CHECKING:"]
-    for field in face.fields:
-        if field.startswith(("def ", "async def ")):
-            lines.append("")
-        lines.append(f"        {field}")
+    lines = [f"class {face.name}:", f'    """The operations of `{owner}`."""', ""]
+    if face.fields:
+        lines.append("    if TYPE_CHECKING:")
+        for field in face.fields:
+            if field.startswith(("def ", "async def ")):
+                lines.append("")
+            lines.append(f"        {field}")
+    else:
+        executor = "AsyncExecutor" if face.sync else "Executor"
+        lines += [
+            f"    def __init__(self, store: {executor}, ops: {face.declared_by}) -> None:",
+            "        self._store = store",
+            "        self._ops = ops",
+        ]
     for name, op in face.operations:
         lines.append("")
         lines += method(face, name, methods[op], source)

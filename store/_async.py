@@ -368,22 +368,12 @@ class AsyncLedger(AsyncLedgerFace):
         )
 
 
-
 class AsyncRuns(AsyncRunsFace):
     """The async face of `Runs`."""
-
-    def __init__(self, store: AsyncStore, ops: Operations) -> None:
-        self._store = store
-        self._ops = ops
-
 
 
 class AsyncRetention(AsyncRetentionFace):
     """The async face of `Retention`."""
-
-    def __init__(self, store: AsyncStore, ops: Operations) -> None:
-        self._store = store
-        self._ops = ops
 
 
 class AsyncAudit(AsyncAuditFace):

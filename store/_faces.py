@@ -564,9 +564,9 @@ class LedgerFace:
 class RunsFace:
     """The operations of `Runs`."""
 
-    if TYPE_CHECKING:
-        _ops: Operations
-        _store: Executor
+    def __init__(self, store: Executor, ops: Operations) -> None:
+        self._store = store
+        self._ops = ops
 
     def start(
         self,
@@ -728,9 +728,9 @@ class RunsFace:
 class RetentionFace:
     """The operations of `Retention`."""
 
-    if TYPE_CHECKING:
-        _ops: Operations
-        _store: Executor
+    def __init__(self, store: Executor, ops: Operations) -> None:
+        self._store = store
+        self._ops = ops
 
     def set(self, idle_days: int, action: RetentionAction) -> RetentionPolicy:
         """Set the tenant's retention policy: conversations idle for `idle_days` are
@@ -1207,9 +1207,9 @@ class AsyncLedgerFace:
 class AsyncRunsFace:
     """The operations of `AsyncRuns`."""
 
-    if TYPE_CHECKING:
-        _ops: Operations
-        _store: AsyncExecutor
+    def __init__(self, store: AsyncExecutor, ops: Operations) -> None:
+        self._store = store
+        self._ops = ops
 
     async def start(
         self,
@@ -1351,9 +1351,9 @@ class AsyncRunsFace:
 class AsyncRetentionFace:
     """The operations of `AsyncRetention`."""
 
-    if TYPE_CHECKING:
-        _ops: Operations
-        _store: AsyncExecutor
+    def __init__(self, store: AsyncExecutor, ops: Operations) -> None:
+        self._store = store
+        self._ops = ops
 
     async def set(self, idle_days: int, action: RetentionAction) -> RetentionPolicy:
         """See `Retention.set`."""

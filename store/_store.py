@@ -299,22 +299,12 @@ class Ledger(LedgerFace):
         )
 
 
-
 class Runs(RunsFace):
     """A tenant's runs (`Ledger.runs`): each run a lease-fenced writer of events."""
-
-    def __init__(self, store: Store, ops: Operations) -> None:
-        self._store = store
-        self._ops = ops
-
 
 
 class Retention(RetentionFace):
     """A tenant's retention policy (`Ledger.retention`)."""
-
-    def __init__(self, store: Store, ops: Operations) -> None:
-        self._store = store
-        self._ops = ops
 
 
 class Audit(AuditFace):

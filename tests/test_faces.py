@@ -74,14 +74,14 @@ DIFFERENCES: dict[tuple[str, str, str], tuple[str, str]] = {
     ("Ledger", "audit", "return"): ("Audit", "AsyncAudit"),
     ("Ledger", "runs", "return"): ("Runs", "AsyncRuns"),
     ("Ledger", "retention", "return"): ("Retention", "AsyncRetention"),
-    ("Runs", "__init__", "store"): ("Store", "AsyncStore"),
-    ("Retention", "__init__", "store"): ("Store", "AsyncStore"),
     # Joining the caller's transaction takes the caller's kind of connection
     # (on the async face the upgrade runs through `AsyncConnection.run_sync`).
     ("Store", "migrate", "connection"): ("Connection | None", "AsyncConnection | None"),
     ("Store", "execute", "connection"): ("Connection | None", "AsyncConnection | None"),
-    # The audit faces run on whatever executes an `Op`, sync or async
-    # (protocols in `store._sql.ops`, so they import no store face).
+    # The sub-handles run on whatever executes an `Op`, sync or async
+    # (protocols in `store._sql.ops`).
+    ("Runs", "__init__", "store"): ("Executor", "AsyncExecutor"),
+    ("Retention", "__init__", "store"): ("Executor", "AsyncExecutor"),
     ("Audit", "__init__", "store"): ("Executor", "AsyncExecutor"),
     # A tail is iterated with `for` on one face, `async for` on the other.
     ("Ledger", "tail", "return"): ("Iterator[Page[Event]]", "AsyncIterator[Page[Event]]"),
