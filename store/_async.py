@@ -12,7 +12,6 @@ SQLAlchemy's `run_sync` on a caller's engine (docs/adr/0015-async-fast-paths.md)
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, TypeVar
 
@@ -44,6 +43,7 @@ from chatledger.store._db.tail import (
     sqlite_connector,
     url_connector,
 )
+from chatledger.store._db.workers import Workers
 from chatledger.store._errors import ConflictError, EncryptionError, ErasedError
 from chatledger.store._faces import (
     AsyncAuditFace,
@@ -78,8 +78,8 @@ class AsyncStore(AsyncStoreFace):
     (`AsyncDriverConnections`, ADR 0026); on SQLite, and on a store with a
     key-encryption key (whose calls must stay off the loop), on that
     synchronous engine's driver connections (`DriverConnections`, as `Store`
-    does), each in a worker thread (`asyncio.to_thread`): one thread hop per
-    operation, where aiosqlite takes one per statement. Every other
+    does), each in a worker thread of the store's own (`store._db.workers`): one
+    thread hop per operation, where aiosqlite takes one per statement. Every other
     operation, and a fast form that declines, runs the general path on that
     synchronous engine's pool, in one thread hop (ADR 0015).
 
@@ -116,6 +116,8 @@ class AsyncStore(AsyncStoreFace):
         # Postgres: the fast paths on psycopg's async connections, on the loop.
         self._native: AsyncDriverConnections | None = None
         self._replicas: Replicas | None = None
+        # Blocking calls (SQLite's forms, the general path, replicas) hop to these.
+        self._workers = Workers()
         # Wakes tails after writes (Postgres; see `Store.open`): on a connection
         # made as the engine makes them (`open` gives the store a sync twin of
         # its own engine; a caller's engine is seen through its URL).
@@ -210,6 +212,7 @@ class AsyncStore(AsyncStoreFace):
             self._sync_engine.dispose()
         if self._owns_engine:
             await self.engine.dispose()
+        self._workers.close()
 
     def _tenant_ops(self, tenant: str) -> Operations:
         return Operations(tenant, self.message_cache, self._sealer, self._heads, self._tails)
@@ -217,7 +220,6 @@ class AsyncStore(AsyncStoreFace):
     def tenant(self, tenant: str) -> AsyncLedger:
         """A handle whose every operation is scoped to `tenant`."""
         return AsyncLedger(self, tenant)
-
 
     async def execute(self, op: Op[T], connection: AsyncConnection | None = None) -> T:
         """Run one operation in its own transaction: the tiers of `Store.execute`.
@@ -270,7 +272,7 @@ class AsyncStore(AsyncStoreFace):
                     await connection.run_sync(notify_on_commit)
                 return done
         if op.replica and self._replicas is not None:
-            answer = await asyncio.to_thread(self._replicas.read, op)
+            answer = await self._workers.run(self._replicas.read, op)
             if answer is not None:
                 return answer
         done = await self._run(op)
@@ -290,7 +292,7 @@ class AsyncStore(AsyncStoreFace):
                 return done
         if direct is not None and driver is not None and not tried:
             with translating(op.action):
-                ran: tuple[bool, T | None] = await asyncio.to_thread(driver.run, op.write, direct)
+                ran: tuple[bool, T | None] = await self._workers.run(driver.run, op.write, direct)
             tried, done = ran
             if done is not None:
                 return done
@@ -298,7 +300,7 @@ class AsyncStore(AsyncStoreFace):
             # The rest of the tiers in the same thread hop, on the store's own
             # sync engine: one hop per operation, not one per statement.
             with translating(op.action):
-                return await asyncio.to_thread(
+                return await self._workers.run(
                     general, self._sync_engine, op, fast=fast, tried=tried
                 )
         with translating(op.action):

@@ -18,10 +18,10 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-import chatledger.store._async as async_face
 from chatledger.store import AsyncStore, EncryptionError, Message
 from chatledger.store._db.engines import normalize_url
 from chatledger.store._db.native import AsyncDriverConnections, await_only
+from chatledger.store._db.workers import Workers
 from tests.conftest import _libpq, postgres_admin_url
 from tests.store.test_driver_connections import end_session
 
@@ -218,13 +218,13 @@ async def test_the_async_chat_loop_on_postgres_makes_no_thread_hop(
     postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     hops: list[str] = []
-    real = asyncio.to_thread
+    real = Workers.run
 
-    async def counting(fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+    async def counting(self: Workers, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
         hops.append(getattr(fn, "__qualname__", repr(fn)))
-        return await real(fn, *args, **kwargs)
+        return await real(self, fn, *args, **kwargs)
 
-    monkeypatch.setattr(async_face.asyncio, "to_thread", counting)
+    monkeypatch.setattr(Workers, "run", counting)
     async with AsyncStore.open(postgres_url) as fast:
         ledger = fast.tenant(f"native-{uuid.uuid4().hex[:8]}")
         conv = await ledger.create_conversation()
