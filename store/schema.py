@@ -23,7 +23,6 @@ event id) and `chatledger_conversation_keys` (a conversation key; migration
 from __future__ import annotations
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql
 
 from chatledger.store._sql.dialect import InsertingTransaction
 
@@ -50,7 +49,7 @@ NAMING_CONVENTION = {
 
 metadata = sa.MetaData(naming_convention=NAMING_CONVENTION)
 
-Id = sa.String(36).with_variant(postgresql.UUID(as_uuid=False), "postgresql")
+Id = sa.String(36).with_variant(sa.UUID(as_uuid=False), "postgresql")
 """A UUIDv7 id: native uuid on Postgres, canonical text on SQLite."""
 
 Seq = sa.BigInteger().with_variant(sa.Integer(), "sqlite")

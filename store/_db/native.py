@@ -21,7 +21,6 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import psycopg
 from sqlalchemy.util import greenlet_spawn
 
 from chatledger.store._db.engines import (
@@ -32,8 +31,8 @@ from chatledger.store._db.engines import (
 )
 from chatledger.store._errors import ChatledgerError
 
-if TYPE_CHECKING:  # the async ext imports SQLAlchemy's ORM: only an AsyncStore needs it
-    from sqlalchemy.ext.asyncio import AsyncEngine
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine  # it imports SQLAlchemy's ORM
 
 try:  # SQLAlchemy 2.1 names it `await_`, and deprecates `await_only`
     from sqlalchemy.util import await_ as await_only
@@ -185,6 +184,8 @@ class AsyncDriverConnections:
         if broke is None and not self._closed:
             self._idle.append((born, fairy))
             return
+        import psycopg  # loaded: these are its connections
+
         connection = _driver(fairy)
         # A driver error on a connection that then closed: likely the server went
         # away, and the idle ones are cut off too. (A cancellation psycopg could

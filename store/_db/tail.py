@@ -41,14 +41,14 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-import psycopg
 from sqlalchemy.engine import Engine
 
 from chatledger.store._sql.tail import CHANNEL
 from chatledger.store._sql.translate import translating
 
-if TYPE_CHECKING:  # the async ext imports SQLAlchemy's ORM: only an AsyncStore needs it
-    from sqlalchemy.ext.asyncio import AsyncEngine
+if TYPE_CHECKING:
+    import psycopg  # only a process on Postgres loads it
+    from sqlalchemy.ext.asyncio import AsyncEngine  # it imports SQLAlchemy's ORM
 
 __all__ = [
     "NOTIFIER_THREAD",
@@ -129,6 +129,8 @@ def url_connector(engine: AsyncEngine) -> Connect:
     as its dialect reads it (what it was given besides the URL is not seen)."""
 
     def connect() -> psycopg.Connection[Any]:
+        import psycopg
+
         args, kwargs = engine.dialect.create_connect_args(engine.url)
         return psycopg.connect(*args, **{**kwargs, "autocommit": True})
 
@@ -244,6 +246,8 @@ class PostgresWaiter:
         that read is never missed: the first wait returns True at once, as
         does one after the connection broke (the read covers the gap).
         """
+        import psycopg
+
         if self._conn is None or self._conn.closed:
             self._listen()
             return True
@@ -276,6 +280,8 @@ class AsyncPostgresWaiter:
         self._conn: psycopg.AsyncConnection[Any] | None = None
 
     async def wait(self, seconds: float) -> bool:
+        import psycopg
+
         if self._conn is None or self._conn.closed:
             with translating(_LISTENING):
                 self._conn = await self._connect()

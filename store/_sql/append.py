@@ -38,7 +38,6 @@ from functools import lru_cache
 from typing import Any, Literal
 
 import sqlalchemy as sa
-from psycopg.errors import UniqueViolation
 from sqlalchemy.engine import Connection
 
 from chatledger.store import _checks
@@ -61,7 +60,7 @@ from chatledger.store._sql.log import (
     utc,
 )
 from chatledger.store._sql.projector import head_is_open
-from chatledger.store._sql.translate import key_name
+from chatledger.store._sql.translate import violated_key
 from chatledger.store._values import Appended, BranchReason, Conversation, Event, NewEvent, Position
 from chatledger.store.ids import new_id
 from chatledger.store.schema import conversations, events
@@ -329,8 +328,8 @@ def write_postgres(cursor: Any, turn: Turn, at: At) -> Written | None:
             params[f"hash{i}"] = event_hash
     try:
         cursor.execute(_postgres_statement(min(count, _SCALARS + 1), bool(turn.named)), params)
-    except UniqueViolation as error:
-        if cursor.connection.autocommit and key_name(error.diag.constraint_name) in _RACED:
+    except Exception as error:
+        if cursor.connection.autocommit and violated_key(error) in _RACED:
             return None
         raise
     rows = cursor.fetchall()  # (seq, position, recorded_at) per event
@@ -1004,9 +1003,9 @@ def append_messages(
     checked = replace(turn, sealed=None)  # `check_writable` has checked the sealing
     try:
         done = on_cursor(conn, lambda cursor: _WRITERS[is_sqlite(conn)](cursor, checked, at))
-    except UniqueViolation as error:
+    except Exception as error:
         # A caller id taken by a concurrent append since `check_ids_free`.
-        if key_name(error.diag.constraint_name) == "pk_chatledger_event_ids":
+        if violated_key(error) == "pk_chatledger_event_ids":
             raise _entries.ids_taken(cid) from error
         raise
     assert done is not None, "the head moved under the row lock"

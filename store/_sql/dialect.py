@@ -27,7 +27,6 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.compiler import SQLCompiler
@@ -136,7 +135,9 @@ def json_text(bind: Connection, column: ColumnElement[Any], key: str) -> ColumnE
     """
     if is_sqlite(bind):
         return sa.func.json_extract(column, f"$.{key}", type_=sa.Text)
-    parsed = sa.cast(sa.func.replace(column, _NUL_ESCAPE, _REPLACEMENT_ESCAPE), postgresql.JSON)
+    from sqlalchemy.dialects.postgresql import JSON  # only a Postgres process loads it
+
+    parsed = sa.cast(sa.func.replace(column, _NUL_ESCAPE, _REPLACEMENT_ESCAPE), JSON)
     return parsed.op("->>", return_type=sa.Text)(sa.literal(key, sa.Text))
 
 

@@ -30,21 +30,24 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import sys
 from collections.abc import Sequence
 from typing import Literal
 
-import psycopg
 import sqlalchemy as sa
-from psycopg import errors as pg_errors
 from sqlalchemy import exc as sa_exc
 
 from chatledger.store._errors import ChatledgerError, InvalidInputError, SchemaError, StorageError
 
-__all__ = ["key_name", "translating", "unique_violation"]
+__all__ = ["key_name", "translating", "unique_violation", "violated_key"]
 
+# Postgres's SQLSTATEs read here (psycopg raises one class per code).
+_UNIQUE_VIOLATION = "23505"
+_RESTRICT_VIOLATION = "23001"  # what the append-only triggers raise
+_UNDEFINED_TABLE = "42P01"
 # A session the server ended: terminated or shut down (57P01, 57P02), or idle
 # too long (57P05).
-_SESSION_ENDED = (pg_errors.AdminShutdown, pg_errors.CrashShutdown, pg_errors.IdleSessionTimeout)
+_SESSION_ENDED = frozenset({"57P01", "57P02", "57P05"})
 # The SQLSTATE class of connection exceptions (08000, 08003, 08006, ...).
 _CONNECTION_EXCEPTION = "08"
 # SQLite's primary result code is the low byte of the extended one.
@@ -64,6 +67,14 @@ def key_name(name: str | None) -> str | None:
     return _PARTITION_KEY.sub("", name)
 
 
+def violated_key(error: BaseException) -> str | None:
+    """The table key a Postgres unique violation names (`key_name`), raised by a
+    driver cursor; None for any other error."""
+    if _sqlstate(error) != _UNIQUE_VIOLATION:
+        return None
+    return key_name(error.diag.constraint_name)  # type: ignore[attr-defined]
+
+
 def unique_violation(error: BaseException, table: sa.Table, columns: Sequence[str]) -> bool:
     """Whether `error` violates the unique key of `table` over `columns`.
 
@@ -72,8 +83,8 @@ def unique_violation(error: BaseException, table: sa.Table, columns: Sequence[st
     if not isinstance(error, sa_exc.IntegrityError):
         return False
     orig = error.orig
-    if isinstance(orig, pg_errors.UniqueViolation):
-        name = key_name(orig.diag.constraint_name)
+    if _sqlstate(orig) == _UNIQUE_VIOLATION:
+        name = key_name(orig.diag.constraint_name)  # type: ignore[union-attr]
         return any(
             getattr(constraint, "name", None) == name
             and [c.name for c in getattr(constraint, "columns", [])] == list(columns)
@@ -102,9 +113,9 @@ class translating:
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, tb: object
     ) -> Literal[False]:
-        if isinstance(error, sa_exc.DBAPIError | sqlite3.Error | psycopg.Error) and not isinstance(
-            error, ChatledgerError
-        ):
+        if not isinstance(error, Exception) or isinstance(error, ChatledgerError):
+            return False
+        if isinstance(error, sa_exc.DBAPIError | sqlite3.Error) or _psycopg_error(error):
             # The fast paths use the driver's cursor directly, so its own errors
             # arrive here unwrapped; both kinds are read the same way.
             orig = error.orig if isinstance(error, sa_exc.DBAPIError) else error
@@ -115,7 +126,7 @@ class translating:
 def _translated(action: str, error: Exception, orig: BaseException | None) -> ChatledgerError:
     """The chatledger error for the driver's `error` (with `orig`, the driver's own)."""
     sqlite_code = _sqlite_code(orig)
-    if isinstance(orig, pg_errors.UndefinedTable) or _no_such_table(orig, sqlite_code):
+    if _sqlstate(orig) == _UNDEFINED_TABLE or _no_such_table(orig, sqlite_code):
         return SchemaError(
             f"The database has no chatledger tables (while {action}). Run "
             f"`store.migrate()` or `chatledger migrate` once to create them."
@@ -127,7 +138,7 @@ def _translated(action: str, error: Exception, orig: BaseException | None) -> Ch
             f"committed just before the break: read it back before repeating it "
             f"(an append with an idempotency key can simply be repeated)."
         )
-    if _client_side(orig, psycopg.OperationalError):
+    if _client_side(orig, "OperationalError"):
         # Not a connection that broke (above): so opening one failed. libpq
         # reports a refused, unreachable or rejected connection (a wrong
         # password or database name included) without a SQLSTATE.
@@ -135,7 +146,7 @@ def _translated(action: str, error: Exception, orig: BaseException | None) -> Ch
             f"Cannot reach the database (while {action}): {_sentences(orig)} Check that the "
             f"server is running and that the URL, user and password are right."
         )
-    if isinstance(orig, pg_errors.RestrictViolation) or (
+    if _sqlstate(orig) == _RESTRICT_VIOLATION or (
         sqlite_code == sqlite3.SQLITE_CONSTRAINT_TRIGGER
     ):
         # What the append-only triggers raise (migrations/versions/0001_event_log.py);
@@ -144,7 +155,7 @@ def _translated(action: str, error: Exception, orig: BaseException | None) -> Ch
             f"The database refused {action}: chatledger's events are append-only, "
             f"and rows are never updated or deleted."
         )
-    if _client_side(orig, psycopg.DataError) and "NUL (0x00)" in str(orig):
+    if _client_side(orig, "DataError") and "NUL (0x00)" in str(orig):
         # psycopg refuses a string with NUL before sending it, with a DataError
         # that has no SQLSTATE, like its other client-side refusals (a date
         # out of range, ...): only the text tells this one apart.
@@ -186,23 +197,37 @@ def _no_such_table(orig: BaseException | None, sqlite_code: int | None) -> bool:
     return sqlite_code == sqlite3.SQLITE_ERROR and str(orig).startswith("no such table")
 
 
-def _client_side(orig: BaseException | None, kind: type[psycopg.Error]) -> bool:
-    """Whether `orig` is a `kind` raised by psycopg or libpq itself, not by the server.
+def _psycopg_error(orig: BaseException | None, kind: str = "Error") -> bool:
+    """Whether `orig` is an instance of psycopg's class `kind` (`Error`,
+    `OperationalError`, ...). psycopg is imported only by a process that uses
+    Postgres, and only there can it have raised anything: a process on SQLite
+    does not load it for this."""
+    psycopg = sys.modules.get("psycopg")
+    return psycopg is not None and isinstance(orig, getattr(psycopg, kind))
+
+
+def _sqlstate(orig: BaseException | None) -> str | None:
+    """Postgres's SQLSTATE of `orig` (None: not the server's error, or not Postgres's)."""
+    return getattr(orig, "sqlstate", None) if _psycopg_error(orig) else None
+
+
+def _client_side(orig: BaseException | None, kind: str) -> bool:
+    """Whether `orig` is psycopg's `kind`, raised by psycopg or libpq itself, not by
+    the server.
 
     Errors from the server carry a SQLSTATE; the client's own do not.
     """
-    return isinstance(orig, kind) and orig.sqlstate is None
+    return _psycopg_error(orig, kind) and _sqlstate(orig) is None
 
 
 def _connection_lost(error: Exception, orig: BaseException | None) -> bool:
     """Whether an open connection broke (not: a new one could not be opened)."""
     if isinstance(error, sa_exc.DBAPIError) and error.connection_invalidated:
         return True  # SQLAlchemy asked the dialect
-    if isinstance(orig, _SESSION_ENDED):
-        return True
-    if isinstance(orig, psycopg.Error) and (orig.sqlstate or "").startswith(_CONNECTION_EXCEPTION):
+    sqlstate = _sqlstate(orig) or ""
+    if sqlstate in _SESSION_ENDED or sqlstate.startswith(_CONNECTION_EXCEPTION):
         return True
     # An error that arrives unwrapped came from the cursor of a connection in
     # use (opening one is wrapped, see `DriverConnections`), so a client-side
     # OperationalError there means psycopg found that connection gone.
-    return not isinstance(error, sa_exc.DBAPIError) and _client_side(orig, psycopg.OperationalError)
+    return not isinstance(error, sa_exc.DBAPIError) and _client_side(orig, "OperationalError")
