@@ -57,21 +57,6 @@ def pytest_configure(config: pytest.Config) -> None:
         compile_the_project()
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Order the files as pytest-xdist hands them out (`--dist loadfile`, in this
-    order: `--no-loadscope-reorder`): the files marked `slow`, long as a whole,
-    first, then the others, most tests first. A long file handed out last keeps
-    one worker busy after the others finished (ADR 0042)."""
-    by_file: dict[Path, list[pytest.Item]] = {}
-    for item in items:
-        by_file.setdefault(item.path, []).append(item)
-
-    def cost(tests: list[pytest.Item]) -> tuple[bool, int]:
-        return not any(t.get_closest_marker("slow") for t in tests), -len(tests)
-
-    items[:] = [item for tests in sorted(by_file.values(), key=cost) for item in tests]
-
-
 def compile_the_project() -> None:
     """Byte-compile chatledger's folders and the tests, where they are stale.
 

@@ -15,9 +15,6 @@ import pytest
 
 from chatledger.store import Message, Store
 
-# Long as a whole (processes, a browser, stress): scheduled first (tests/conftest.py).
-pytestmark = pytest.mark.slow
-
 EXE = [sys.executable, "-m", "chatledger"]
 
 

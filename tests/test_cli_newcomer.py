@@ -22,9 +22,6 @@ import pytest
 
 from chatledger.store import Message, NewEvent, Store
 
-# Long as a whole (processes, a browser, stress): scheduled first (tests/conftest.py).
-pytestmark = pytest.mark.slow
-
 COMMAND = Path(sys.executable).with_name("chatledger")
 AGENT = "tests.agent.cli_agent:agent"
 

@@ -24,9 +24,6 @@ from chatledger.store import Message, Store
 from chatledger.store._sql.pages import position
 from tests.test_cli import EXE, chatledger, one_line_error
 
-# Long as a whole (processes, a browser, stress): scheduled first (tests/conftest.py).
-pytestmark = pytest.mark.slow
-
 DEADLINE = 30.0
 
 

@@ -33,9 +33,6 @@ from pathlib import Path
 
 import pytest
 
-# Long as a whole (processes, a browser, stress): scheduled first (tests/conftest.py).
-pytestmark = pytest.mark.slow
-
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 RUNNABLE = {"python", "sh"}

@@ -15,7 +15,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import pytest
 from langchain_core.messages import HumanMessage
 from langgraph.types import Command
 
@@ -23,9 +22,6 @@ from chatledger.adapters.langgraph import Saver
 from chatledger.store import Store
 from tests.adapters._langgraph_child import graph
 from tests.conftest import kill_when_paused
-
-# Long as a whole (processes, a browser, stress): scheduled first (tests/conftest.py).
-pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 CHILD = "tests.adapters._langgraph_child"

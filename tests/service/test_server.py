@@ -16,15 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
 from chatledger.service import key_digest
 from chatledger.store import Store, new_id
 from tests.service.agents import blocking_agent, weather_agent
 from tests.service.conftest import Server, Tenants, sse_events
-
-# Long as a whole (processes, a browser, stress): scheduled first (tests/conftest.py).
-pytestmark = pytest.mark.slow
 
 
 def test_ask_and_stream_over_a_real_socket(

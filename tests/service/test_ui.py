@@ -29,9 +29,6 @@ from tests.service.agents import weather_agent
 from tests.service.conftest import Server, Tenants
 from tests.service.test_docs_browser import _browser
 
-# Long as a whole (processes, a browser, stress): scheduled first (tests/conftest.py).
-pytestmark = pytest.mark.slow
-
 EXE = [sys.executable, "-m", "chatledger"]
 HOSTILE = [
     "<script>window.__pwned = 1</script>",

@@ -13,13 +13,8 @@ import time
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any
 
-import pytest
-
 from chatledger.store import Ledger, Store
 from tests._writers import process_writer, write_until
-
-# Long as a whole (processes, a browser, stress): scheduled first (tests/conftest.py).
-pytestmark = pytest.mark.slow
 
 WRITERS = 8
 SECONDS = float(os.environ.get("CHATLEDGER_CONCURRENCY_SECONDS", "10"))
