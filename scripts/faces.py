@@ -54,7 +54,13 @@ def same(*names: str) -> tuple[tuple[str, str], ...]:
 
 
 STORE = same(
-    "migrate", "run_retention", "rebuild", "claim_stale_runs", "verify", "rotate_kek", "check_schema"
+    "migrate",
+    "run_retention",
+    "rebuild",
+    "claim_stale_runs",
+    "verify",
+    "rotate_kek",
+    "check_schema",
 )
 LEDGER = same(
     "create_conversation",
@@ -91,6 +97,7 @@ AUDIT = same(
     "events", "run_timeline", "model_request", "tool_executions", "supplied_and_repaired", "lineage"
 )
 
+
 def faces() -> list[Face]:
     out = []
     for a, connection, wait in (("", "Connection", ""), ("Async", "AsyncConnection", "Async")):
@@ -114,7 +121,10 @@ def faces() -> list[Face]:
                 "Operations",
                 "self._store.execute",
                 LEDGER,
-                (*tenant, f"def _tail(self, settings: TailSettings) -> {iterator}[Page[Event]]: ..."),
+                (
+                    *tenant,
+                    f"def _tail(self, settings: TailSettings) -> {iterator}[Page[Event]]: ...",
+                ),
             ),
             (f"{a}Runs", "Operations", "self._store.execute", RUNS, ()),
             (f"{a}Retention", "Operations", "self._store.execute", RETENTION, ()),
@@ -207,7 +217,11 @@ def method(face: Face, name: str, fn: ast.FunctionDef, source: str) -> list[str]
         define = "async def" if is_async else "def"
         wait = "await " if is_async else ""
         one = f"{ops}({', '.join(passed)})"
-        runner, extra = (face.execute, "") if kind == "Op" else ("adrive" if is_async else "drive", face.execute)
+        runner, extra = (
+            (face.execute, "")
+            if kind == "Op"
+            else ("adrive" if is_async else "drive", face.execute)
+        )
         if kind == "Op" and fn.name == "migrate" and face.connection:
             extra = "connection"
         single = f"        return {wait}{runner}({one}{', ' + extra if extra else ''})"
@@ -272,7 +286,6 @@ RUNTIME = {
     "adrive": "chatledger.store._sealing",
     "drive": "chatledger.store._sealing",
 }
-MODULES = {ROOT / "store" / "_ops.py": "chatledger.store._ops", ROOT / "store" / "_audit.py": "chatledger.store._audit"}
 
 
 def origins() -> dict[str, str]:
@@ -285,7 +298,7 @@ def origins() -> dict[str, str]:
             elif isinstance(node, ast.Import):
                 found.update((a.asname or a.name, f"import {a.name}") for a in node.names)
             elif isinstance(node, ast.ClassDef):
-                found[node.name] = MODULES[path]
+                found[node.name] = f"chatledger.store.{path.stem}"
     return found
 
 
@@ -375,7 +388,14 @@ def generate() -> str:
         classes += ["", "", *render(face, declared)]
     body = "\n".join(classes)
     runtime, typing = imports(body)
-    lines = [HEADER.rstrip("\n"), "", *runtime, "", "if TYPE_CHECKING:", *(f"    {t}" if t else "" for t in typing)]
+    lines = [
+        HEADER.rstrip("\n"),
+        "",
+        *runtime,
+        "",
+        "if TYPE_CHECKING:",
+        *(f"    {t}" if t else "" for t in typing),
+    ]
     lines += ["", "__all__ = [", *(f'    "{n}",' for n in sorted(names)), "]"]
     lines += ["", 'T = TypeVar("T")', body]
     return "\n".join(lines) + "\n"

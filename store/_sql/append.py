@@ -366,8 +366,6 @@ def write_sqlite(cursor: Any, turn: Turn, at: At) -> Written | None:
     """`write_postgres` in plain SQL on a SQLite cursor, inside the caller's
     transaction (which holds the writer lock)."""
     encoded, cid = turn.encoded, turn.conversation_id
-    if (turn.key is not None or turn.named) and _taken_sqlite(cursor, turn):
-        return None  # a replay or a taken id: the general path decides
     ids = event_ids(turn.named, len(encoded))
     rows = fields(at, ids, turn)
     hashes = _chain.chained(at.previous, rows)
@@ -485,7 +483,7 @@ def read_postgres(cursor: Any, turn: Turn) -> Head | None:
 
 def read_sqlite(cursor: Any, turn: Turn) -> Head | None:
     """`read_postgres` on SQLite, inside the caller's `BEGIN IMMEDIATE`; the key and
-    the caller's ids are checked by `write_sqlite`, which every form goes through."""
+    the caller's ids are checked once before any form (`Dialect.taken`)."""
     cursor.execute(_READ_SQLITE, (turn.conversation_id, turn.tenant))
     found = cursor.fetchone()
     return None if found is None else head_for(turn, (*found, False, False))
@@ -512,6 +510,10 @@ class Dialect:
     read: Callable[[Any, Turn], Head | None]
     write: Callable[[Any, Turn, At], Written | None]
     create: Callable[[Any, Turn], Written | None]
+    taken: Callable[[Any, Turn], bool] | None = None
+    """Whether the turn's key or ids are taken, asked once before any form writes
+    (SQLite, whose forms run in one transaction); None on Postgres, where a form's
+    one statement fails whole on a taken key and writes nothing."""
 
 
 def in_place(
@@ -523,6 +525,8 @@ def in_place(
     tenant, cid = turn.tenant, turn.conversation_id
     kept = None if heads is None else heads.get(tenant, cid)
     forms = plan(turn, kept)
+    if forms and dialect.taken is not None and dialect.taken(cursor, turn):
+        return None  # a replay or a taken id: the general path decides
     done: Written | None = None
     for form in forms:
         state = "{}"  # a new conversation's
@@ -1131,6 +1135,8 @@ def appended(
 
 
 POSTGRES = Dialect(read=read_postgres, write=write_postgres, create=create_append_postgres)
-SQLITE = Dialect(read=read_sqlite, write=write_sqlite, create=create_append_sqlite)
+SQLITE = Dialect(
+    read=read_sqlite, write=write_sqlite, create=create_append_sqlite, taken=_taken_sqlite
+)
 _WRITERS = {False: write_postgres, True: write_sqlite}
 """The writer of a connection's dialect, by `is_sqlite`."""
