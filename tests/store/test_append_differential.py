@@ -455,6 +455,14 @@ def faces(request: pytest.FixtureRequest, database_url: str) -> Iterator[Faces]:
 @example(sequence=[Append(slot=1, messages=(0,), create=True, expected=("position", 2))])
 @example(sequence=[Append(slot=1, messages=(0, 1), create=True, ids=("e1", "e2"))])
 @example(sequence=[Append(slot=1, messages=(0,), create=True, state={"a": 1})])
+# A key used again, and a caller id taken, at the head kept: no form may write them.
+@example(sequence=[Append(slot=0, messages=(0,), key="k"), Append(slot=0, messages=(0,), key="k")])
+@example(
+    sequence=[
+        Append(slot=0, messages=(0,), ids=("e1",)),
+        Append(slot=0, messages=(1,), ids=("e1",)),
+    ]
+)
 def test_every_form_of_the_append_writes_what_the_general_path_writes(
     faces: Faces, sequence: list[Step]
 ) -> None:
