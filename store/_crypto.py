@@ -3,7 +3,9 @@
 A store opened with a key-encryption key (`Store.open(kek=...)`, or the
 environment's `CHATLEDGER_KEK`) seals what people wrote: the payload of each
 `message.recorded` event, the metadata in `conversation.created` and the
-conversation row's metadata column; and what a run's failure said about it,
+conversation row's metadata column, the conversation's state (each
+`state.changed` payload and the row's state column: a framework keeps its
+checkpoints and pending values there); and what a run's failure said about it,
 which may quote it: the error of a failed or canceled run, in its
 `run.failed` or `run.canceled` event and on its `chatledger_runs` row. Each conversation belongs to an erasure
 subject (its own id unless one is given at creation; a fork inherits its
@@ -83,10 +85,14 @@ error of an erased conversation's failed run."""
 
 ENV_VAR = "CHATLEDGER_KEK"
 
-SEALED_KINDS = frozenset({"message.recorded", "conversation.created", "run.failed", "run.canceled"})
+SEALED_KINDS = frozenset(
+    {"message.recorded", "conversation.created", "state.changed", "run.failed", "run.canceled"}
+)
 """The event kinds whose payloads are sealed (a run's end when it has an error): no
 other payload is ever opened."""
 _CREATED_CLEAR = ("tenant", "forkedFrom")
+_STATE_CLEAR = '"kind":"state.changed"'
+"""The clear member of a sealed `state.changed` payload."""
 _WRAP_AAD = b"chatledger data key v1"
 
 
@@ -269,6 +275,25 @@ class Seal:
         """The conversation row's metadata text, sealed."""
         return meta_text if self.key is None else self.key.seal(meta_text, {})
 
+    def state(self, state_text: str | None) -> str | None:
+        """The conversation row's state text, sealed (None: the state does not change)."""
+        return (
+            state_text if self.key is None or state_text is None else self.key.seal(state_text, {})
+        )
+
+    def state_of(self, state: Mapping[str, Any]) -> dict[str, Any] | None:
+        """A conversation's state (`Conversation.state` or a stored state parsed) with its
+        fields opened: sealed under this seal's key, or in the clear (written before
+        states were sealed, or in a conversation in the clear). None when it is sealed
+        under another key or this seal has none: a write that may not be made."""
+        sealed = _sealed_of_metadata(state)
+        if sealed is None:
+            return dict(state)
+        key = self.key
+        if key is None or sealed.get("key") != key.key_id:
+            return None
+        return dict(json.loads(key.open_parts(str(sealed.get("nonce")), str(sealed.get("data")))))
+
 
 PLAIN = Seal()
 
@@ -301,6 +326,9 @@ def _seal_event(key: DataKey, item: NewEvent, text: str) -> str:
     if item.kind == "conversation.created":
         value = json.loads(text)
         return key.seal(text, {k: value[k] for k in _CREATED_CLEAR if k in value})
+    if item.kind == "state.changed":
+        # Named in the clear, so that its erased marker reads as a state.
+        return key.seal_text(text, _STATE_CLEAR)
     if item.kind in ("run.failed", "run.canceled") and item.payload.get("error") is not None:
         # The error may quote sealed content (a tool's exception naming its
         # argument); the stage, usage and counts are the run's structure.
@@ -454,9 +482,10 @@ def _visit(value: Any, found: Callable[[str], None]) -> None:
             _visit(item, found)
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
         if isinstance(value, Conversation) and value.subject is not None:
-            sealed = _sealed_of_metadata(value.metadata)
-            if sealed is not None:
-                found(str(sealed.get("key")))
+            for column in (value.metadata, value.state):
+                sealed = _sealed_of_metadata(column)
+                if sealed is not None:
+                    found(str(sealed.get("key")))
         elif isinstance(value, Run) and value.error is not None and is_sealed(value.error):
             found(key_id_of(value.error))
         for name in _field_names(type(value)):
@@ -504,6 +533,9 @@ def _open(value: Any, keys: Mapping[str, DataKey | None]) -> Any:
             sealed = _sealed_of_metadata(value.metadata)
             if sealed is not None:
                 changes["metadata"] = json.loads(_open_sealed(sealed, lambda: {}, keys))
+            sealed = _sealed_of_metadata(value.state)
+            if sealed is not None:
+                changes["state"] = json.loads(_open_sealed(sealed, lambda: {}, keys))
         elif isinstance(value, Run) and value.error is not None and is_sealed(value.error):
             key_id, nonce, data, _ = split_sealed(value.error)
             key = keys.get(key_id)
@@ -555,7 +587,9 @@ def _marker(clear: Mapping[str, Any]) -> str:
         marker = {**clear, "content": ERASED_CONTENT, "erased": True}
     elif "stage" in clear:  # a run's end
         marker = {**clear, "error": ERASED_CONTENT, "erased": True}
-    elif not clear:  # a metadata column
+    elif clear.get("kind") == "state.changed":
+        marker = {"state": {"erased": True}, "erased": True}
+    elif not clear:  # a metadata or state column
         marker = {"erased": True}
     else:
         marker = {**clear, "metadata": {"erased": True}, "erased": True}

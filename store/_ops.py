@@ -496,7 +496,7 @@ class Operations:
                 run_id=run_id,
                 key=idempotency_key,
                 named=minted,
-                state=state_text,
+                state=seal.state(state_text),
                 expected=head.position if isinstance(head, Position) else head,
                 expected_branch=head.branch_id if isinstance(head, Position) else None,
                 expected_state=expected_state,
@@ -504,6 +504,7 @@ class Operations:
                 # A sealed creation goes through the general path (its key is
                 # written there), so only a clear root is ever written in place.
                 root=None if seal.sealed else root,
+                seal=seal,
             )
             # A key minted for a new subject is written by the general path,
             # which also refuses the append when another writer created the
@@ -714,19 +715,27 @@ class Operations:
         _append.check_append_options(head, None, None)
         state_text = None if state is None else _entries.encode_state(state)
         self._moving_head(conversation_id)
-        return self._op(
-            f"moving the head of conversation '{conversation_id}'",
-            write=True,
-            fn=lambda c: _entries.move_head(
-                c,
-                self.tenant,
-                conversation_id,
-                to,
-                expected=head,
-                state=state_text,
-                expected_state=expected_state,
-            ),
-        )
+
+        def build(seal: Seal) -> Op[Conversation]:
+            return self._op(
+                f"moving the head of conversation '{conversation_id}'",
+                write=True,
+                fn=lambda c: _entries.move_head(
+                    c,
+                    self.tenant,
+                    conversation_id,
+                    to,
+                    expected=head,
+                    state=state_text,
+                    expected_state=expected_state,
+                    seal=seal,
+                ),
+            )
+
+        if state_text is None and expected_state is None:
+            return build(PLAIN)  # nothing sealed written or opened
+        sealing = Sealing(self.tenant, conversation_id, build)
+        return replace(build(PLAIN), sealing=sealing)
 
     def events(
         self,

@@ -100,7 +100,8 @@ class Written:
 
 Head = tuple[str, int, bytes, str]
 """A conversation's head as an append finds it: its branch, position and hash, and
-the conversation's state there (stored text). The state changes only with the
+the conversation's state there (stored text, sealed in a sealed conversation).
+The state changes only with the
 head (every change is a `state.changed` event, which becomes the head), so a
 head that is still there still has that state."""
 
@@ -127,6 +128,17 @@ class Turn:
     root: tuple[str, str] | None = None
     """`encode_root`'s (metadata text, created payload) of a conversation the append
     may create (`create`, in the clear)."""
+    seal: Seal = PLAIN
+    """What the content is sealed under, which opens a sealed state for
+    `expected_state`."""
+
+    def holds(self, stored: str) -> bool:
+        """Whether the state stored as `stored` holds `expected_state` (False when this
+        turn cannot open it: the general path then says why)."""
+        if self.expected_state is None:
+            return True
+        state = self.seal.state_of(json.loads(stored))
+        return state is not None and not _entries.changed_fields(state, self.expected_state)
 
 
 @dataclass(frozen=True)
@@ -185,10 +197,7 @@ def plan(
         kept is not None
         and expected in (None, kept[1])
         and turn.expected_branch in (None, kept[0])
-        and (
-            turn.expected_state is None
-            or not _entries.changed_fields(json.loads(kept[3]), turn.expected_state)
-        )
+        and turn.holds(kept[3])
     ):
         forms.append("kept")
     forms.append("read")
@@ -209,9 +218,7 @@ def head_for(turn: Turn, found: Sequence[Any] | None) -> Head | None:
         return None
     if turn.expected_branch is not None and branch_id != turn.expected_branch:
         return None
-    if turn.expected_state is not None and _entries.changed_fields(
-        json.loads(state), turn.expected_state
-    ):
+    if not turn.holds(state):
         return None
     return branch_id, position, bytes(head_hash), state
 
@@ -976,8 +983,8 @@ def append_messages(
         check_expected(conv, Position(turn.expected_branch, expected))
     else:
         check_expected(conv, expected)
-    _entries.check_state(conv, turn.expected_state)
     _keys.check_writable(conn, cid, encoded)
+    _entries.check_state(conv, turn.expected_state, seal)
     if turn.named:
         _entries.check_ids_free(conn, cid, turn.named)
     base = conv.head if after is None else resolve_position(conn, conv, after)

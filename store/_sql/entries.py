@@ -26,7 +26,14 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from chatledger.store import _checks
-from chatledger.store._errors import ConflictError, InvalidInputError, NotFoundError
+from chatledger.store._crypto import PLAIN, Seal
+from chatledger.store._errors import (
+    ConflictError,
+    EncryptionError,
+    InvalidInputError,
+    NotFoundError,
+)
+from chatledger.store._sql import keys as _keys
 from chatledger.store._sql import log as _log
 from chatledger.store._sql import projector
 from chatledger.store._sql.log import (
@@ -202,6 +209,11 @@ def encode_state(state: object, what: str = "state") -> str:
     """A conversation's state (a dict of plain JSON) as its stored text."""
     if not isinstance(state, dict):
         raise InvalidInputError(f"{what} must be a dict, not {type(state).__name__}.")
+    if "sealed" in state:
+        raise InvalidInputError(
+            f"The {what} carries the field 'sealed', which chatledger reserves for the "
+            f"content it stores encrypted (docs/erasure.md). Rename the field."
+        )
     text = canonical_json(state, what)
     if len(text) > MAX_STATE_CHARS:
         raise InvalidInputError(
@@ -233,10 +245,19 @@ def json_equal(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-def check_state(conv: Conversation, expected: Mapping[str, Any] | None) -> None:
+def check_state(conv: Conversation, expected: Mapping[str, Any] | None, seal: Seal = PLAIN) -> None:
     """The compare-and-set on state: each field of `expected` must hold its value now
-    (a field given as None must be absent or null)."""
-    differs = changed_fields(conv.state, expected)
+    (a field given as None must be absent or null); a sealed state opens under `seal`."""
+    if expected is None:
+        return
+    state = seal.state_of(conv.state)
+    if state is None:
+        raise EncryptionError(
+            f"The state of conversation '{conv.id}' is sealed, and this write does not hold "
+            f"its key: open the store with its key-encryption key (Store.open(kek=...) or "
+            f"CHATLEDGER_KEK). Nothing was written."
+        )
+    differs = changed_fields(state, expected)
     if differs:
         fields = ", ".join(map(repr, differs))
         raise ConflictError(
@@ -248,21 +269,21 @@ def check_state(conv: Conversation, expected: Mapping[str, Any] | None) -> None:
         )
 
 
-def record_state(conn: Connection, conv: Conversation, at: Position, state_text: str) -> Event:
+def record_state(
+    conn: Connection, conv: Conversation, at: Position, state_text: str, seal: Seal = PLAIN
+) -> Event:
     """A `state.changed` event right after `at` (the head, a tip of its branch, its
-    view current), which becomes the head; and the conversation row's state."""
-    (changed,) = insert_events(
-        conn,
-        conv.id,
-        at.branch_id,
-        at.position + 1,
-        [state_changed(json.loads(state_text), state_text)],
-        head=True,
-    )
+    view current), which becomes the head; and the conversation row's state: both
+    sealed under `seal`, which must be the conversation's."""
+    encoded = seal.events([state_changed(json.loads(state_text), state_text)])
+    _keys.check_writable(conn, conv.id, encoded)
+    (changed,) = insert_events(conn, conv.id, at.branch_id, at.position + 1, encoded, head=True)
     set_head(
         conn, replace(conv, head=at), Position(at.branch_id, changed.position), [], changed.hash
     )
-    store_state(conn, conv.id, state_text)
+    stored = seal.state(state_text)
+    assert stored is not None
+    store_state(conn, conv.id, stored)
     return changed
 
 
@@ -324,13 +345,16 @@ def move_head(
     expected: Position | None,
     state: str | None,
     expected_state: Mapping[str, Any] | None,
+    seal: Seal = PLAIN,
 ) -> Conversation:
     """`log.move_head`, and with `state` a `state.changed` right after its
-    `head.moved`, both by compare-and-set, in one transaction."""
+    `head.moved`, both by compare-and-set, in one transaction; a sealed state under
+    `seal`, the conversation's."""
     if expected_state is not None:
-        check_state(get_conversation(conn, tenant, conversation_id, lock=True), expected_state)
+        conv = get_conversation(conn, tenant, conversation_id, lock=True)
+        check_state(conv, expected_state, seal)
     moved = _log.move_head(conn, tenant, conversation_id, to, expected=expected, head=state is None)
     if state is None:
         return moved
-    record_state(conn, moved, moved.head, state)
+    record_state(conn, moved, moved.head, state, seal)
     return get_conversation(conn, tenant, conversation_id)

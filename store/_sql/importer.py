@@ -346,11 +346,19 @@ class _Import:
                     f"messages it stores encrypted."
                 ),
             )
-        elif s.row["subject"] is not None and not _no_error(kind, text):
+        elif s.row["subject"] is not None and kind != "state.changed" and not _no_error(kind, text):
+            # A state in the clear was written before states were sealed (ADR 0047):
+            # the database it was exported from holds it so too.
             raise _in_the_clear(what, line)
 
     def _sealed_metadata(self, row: dict[str, Any], line: int) -> None:
-        """A sealed conversation's metadata: the sealed layout, under its subject's key."""
+        """A sealed conversation's metadata: the sealed layout, under its subject's key;
+        and a sealed state only there, under that key too (a state in the clear in a
+        sealed conversation was written before states were sealed, ADR 0047)."""
+        state = row.get("state")
+        if isinstance(state, str) and is_sealed(state):
+            what = f"The state of conversation '{row['id']}'"
+            self._under_subject_key(row["subject"], split_sealed(state)[0], what, line)
         if row["subject"] is None:
             return
         what = f"The metadata of conversation '{row['id']}'"

@@ -253,7 +253,7 @@ def check_writable(
         raise ErasedError(conversation_id=conversation_id, subject=row.subject)
     sealed = row.subject is not None
     for item, text in encoded:
-        if item.kind != "message.recorded":
+        if item.kind not in ("message.recorded", "state.changed"):
             continue
         if text.startswith(SEALED_PREFIX) != sealed:
             raise EncryptionError(

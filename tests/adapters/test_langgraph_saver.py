@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -29,7 +30,7 @@ from langgraph.graph.state import CompiledStateGraph
 
 from chatledger.adapters.langgraph import Saver
 from chatledger.store import AsyncStore, Ledger, Store
-from chatledger.store._crypto import ERASED_CONTENT
+from chatledger.store._crypto import ERASED_CONTENT, SEALED_PREFIX
 
 KEK = bytes(range(96, 128))
 
@@ -279,6 +280,54 @@ async def test_erasing_the_threads_subject_erases_its_checkpoints(database_url: 
         conv = (await ledger.conversation_by_key('langgraph:["t",""]')).id
         shown = repr(await ledger.history(conv))
         assert "SECRET" not in shown and ERASED_CONTENT in shown
+
+
+def test_a_sealed_threads_records_are_sealed_and_erased_with_it(database_url: str) -> None:
+    # What a thread keeps besides its messages (other channels, pending writes such as
+    # an interrupt's value, metadata) is its conversation's state: sealed with it.
+    secret = f"SECRET-{uuid.uuid4().hex}"
+    with Store.open(database_url, kek=KEK) as store:
+        ledger = store.tenant(tenant())
+        saver = Saver(ledger, subject=lambda thread_id: f"user-of-{thread_id}")
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"] = {
+            "messages": [HumanMessage(content="hi", id="h1")],
+            "notes": {"address": secret},
+        }
+        checkpoint["channel_versions"] = {"messages": "1", "notes": "1"}
+        config = saver.put(
+            {"configurable": {"thread_id": "t", "checkpoint_ns": ""}},
+            checkpoint,
+            {"source": "input", "step": -1, "note": secret},  # type: ignore[typeddict-unknown-key]
+            {"messages": "1", "notes": "1"},
+        )
+        saver.put_writes(config, [("notes", secret), ("__interrupt__", secret)], task_id="task-1")
+        got = saver.get_tuple(config)
+        assert got is not None and got.checkpoint["channel_values"]["notes"] == {"address": secret}
+        assert got.metadata["note"] == secret  # type: ignore[typeddict-item]
+        assert [w[2] for w in got.pending_writes or []] == [secret, secret]
+
+        conv = ledger.conversation_by_key('langgraph:["t",""]')
+        with store.engine.connect() as conn:
+            payloads = conn.execute(
+                sa.text(
+                    "SELECT payload FROM chatledger_events "
+                    "WHERE conversation_id = :c AND kind = 'state.changed'"
+                ),
+                {"c": conv.id},
+            ).scalars()
+            (row_state,) = conn.execute(
+                sa.text("SELECT state FROM chatledger_conversations WHERE id = :c"),
+                {"c": conv.id},
+            ).one()
+        stored = [*payloads, row_state]
+        assert len(stored) == 3
+        assert all(text.startswith(SEALED_PREFIX) and secret not in text for text in stored)
+
+        ledger.erase("user-of-t", reason="the user asked")
+        assert Saver(ledger).get_tuple(config) is None
+        assert [e.payload["state"] for e in ledger.state_changes(conv.id)] == [{"erased": True}] * 2
+        assert ledger.verify(conv.id).ok
 
 
 def test_a_thread_lists_every_namespace_unless_one_is_named(sync_store: Store) -> None:

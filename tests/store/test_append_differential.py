@@ -353,8 +353,9 @@ def rows(engine: sa.Engine, run: Run, sealed: bool) -> Any:
             " WHERE id IN :c ORDER BY id"
         )
         for c in conversations:
-            if sealed:
+            if sealed:  # nonces differ: whether each is sealed; the opened state is compared
                 c.pop("metadata")
+                c["state"] = str(c["state"]).startswith('{"sealed":{')
             c["slot"] = cids.index(str(c.pop("id")))
         branches = select(
             "SELECT id, conversation_id, parent_branch_id, parent_position, reason, run_id,"
@@ -387,7 +388,10 @@ def written(engine: sa.Engine, run: Run, sealed: bool) -> Any:
         found[table] = sorted(found[table], key=repr)
     opened = [
         anonymized(
-            [(e.kind, e.position, e.payload) for e in run.face("events", conversation_id=cid)],
+            [
+                *((e.kind, e.position, e.payload) for e in run.face("events", conversation_id=cid)),
+                run.face("conversation", cid).state,
+            ],
             names,
         )
         for cid in run.convs

@@ -22,6 +22,7 @@ from chatledger.store import (
     Conversation,
     EncryptionError,
     ErasedError,
+    Expected,
     InvalidInputError,
     Ledger,
     LocalKek,
@@ -147,6 +148,105 @@ def test_every_way_of_writing_content_seals_it(sealed_store: Store, sealed: Ledg
         assert marker not in _stored_metadata(sealed_store, conversation_id)
     assert sealed.conversation(fork.id).subject == cid  # a fork is its source's subject
     assert [m.content for m in sealed.history(fork.id)] == [marker] * 4
+
+
+def _stored_state(store: Store, conversation_id: str) -> str:
+    with store.engine.connect() as conn:
+        return str(
+            conn.execute(
+                sa.text("SELECT state FROM chatledger_conversations WHERE id = :c"),
+                {"c": conversation_id},
+            ).scalar_one()
+        )
+
+
+def test_a_sealed_conversations_state_is_sealed_compared_opened_and_erased(
+    database_url: str, sealed_store: Store, sealed: Ledger
+) -> None:
+    marker = f"m-{uuid.uuid4().hex}"
+    conv = sealed.create_conversation(subject="person-s")
+
+    def sealed_at_rest(version: int) -> None:
+        row = _stored_state(sealed_store, conv.id)
+        assert row.startswith(SEALED_PREFIX) and marker not in row
+        assert sealed.conversation(conv.id).state == {"v": version, "m": marker}
+
+    # Every way a state is written: with messages, alone (at the head kept, and
+    # at a head read by a second store), after a position, by a head move.
+    sealed.append_messages(
+        conv.id, [Message(role="user", content="hi")], state={"v": 1, "m": marker}
+    )
+    sealed_at_rest(1)
+    sealed.append_messages(
+        conv.id, [], state={"v": 2, "m": marker}, expected=Expected(state={"v": 1})
+    )
+    sealed_at_rest(2)
+    with Store.open(database_url, kek=KEK) as second:
+        other = second.tenant(sealed.tenant)
+        other.append_messages(
+            conv.id, [], state={"v": 3, "m": marker}, expected=Expected(state={"v": 2})
+        )
+        with pytest.raises(ConflictError, match="'v'"):
+            other.append_messages(conv.id, [], state={"v": 9}, expected=Expected(state={"v": 2}))
+    sealed_at_rest(3)
+    with pytest.raises(ConflictError, match="'v'"):  # the head kept here is stale: read again
+        sealed.append_messages(conv.id, [], state={"v": 9}, expected=Expected(state={"v": 2}))
+    sealed.append_messages(
+        conv.id,
+        [Message(role="user", content="again")],
+        after=2,
+        state={"v": 4, "m": marker},
+        expected=Expected(state={"v": 3}),
+    )
+    sealed_at_rest(4)
+    head = sealed.conversation(conv.id).head
+    moved = sealed.move_head(
+        conv.id, 2, expected=Expected(head=head, state={"v": 4}), state={"v": 5, "m": marker}
+    )
+    assert moved.state == {"v": 5, "m": marker}
+    sealed_at_rest(5)
+    with pytest.raises(ConflictError, match="'v'"):
+        sealed.move_head(conv.id, 2, expected=Expected(state={"v": 4}), state={"v": 6})
+
+    # Read back opened, everywhere it reads.
+    assert sealed.conversation(conv.id).state == {"v": 5, "m": marker}
+    (listed,) = [c for c in sealed.conversations() if c.id == conv.id]
+    assert listed.state == {"v": 5, "m": marker}
+    changes = sealed.state_changes(conv.id)
+    assert [e.payload["state"]["v"] for e in changes] == [1, 2, 3, 4, 5]
+    assert [
+        e.payload for e in sealed.events(conversation_id=conv.id) if e.kind == "state.changed"
+    ] == [e.payload for e in changes]
+    # Stored only as ciphertext: the events and the row.
+    stored = [p for k, p in _stored_payloads(sealed_store, conv.id) if k == "state.changed"]
+    assert len(stored) == 5
+    assert all(p.startswith(SEALED_PREFIX) and marker not in p for p in stored)
+    assert _stored_state(sealed_store, conv.id).startswith(SEALED_PREFIX)
+    assert marker not in _stored_state(sealed_store, conv.id)
+    with Store.open(database_url, kek=None) as bare:
+        with pytest.raises(EncryptionError, match="key-encryption key"):
+            bare.tenant(sealed.tenant).state_changes(conv.id)
+        with pytest.raises(EncryptionError, match="key-encryption key"):
+            bare.tenant(sealed.tenant).append_messages(
+                conv.id, [], state={"v": 7}, expected=Expected(state={"v": 5})
+            )
+    assert sealed.conversation(conv.id).state["v"] == 5  # nothing was written
+
+    sealed.erase("person-s", reason="the user asked")
+    assert sealed.conversation(conv.id).state == {"erased": True}
+    assert [e.payload for e in sealed.state_changes(conv.id)] == [
+        {"state": {"erased": True}, "erased": True}
+    ] * 5
+    assert sealed.verify(conv.id).ok
+    with pytest.raises(ErasedError):
+        sealed.append_messages(conv.id, [], state={"v": 8})
+
+
+def test_the_state_field_sealed_is_reserved(sealed: Ledger) -> None:
+    conv = sealed.create_conversation()
+    with pytest.raises(InvalidInputError, match="'sealed'"):
+        sealed.append_messages(conv.id, [], state={"sealed": {"key": "k"}})
+    assert sealed.conversation(conv.id).state == {}
 
 
 def test_a_store_without_the_key_cannot_read_or_write_sealed_content(
