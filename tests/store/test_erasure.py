@@ -738,6 +738,36 @@ def test_an_import_cannot_bring_ciphertext_under_another_subjects_key(
     assert [c.id for c in attacker.conversations()] == [mine.id]  # nothing was written
 
 
+@pytest.mark.parametrize("where", ["row", "event"])
+def test_an_import_cannot_bring_a_sealed_state_under_another_subjects_key(
+    sealed_store: Store, sealed: Ledger, where: str
+) -> None:
+    import io
+
+    from chatledger.store import ImportFileError
+
+    victim = sealed.create_conversation()
+    sealed.append_messages(victim.id, [], state={"address": "VICTIM SECRET"})
+    stolen = {
+        "row": _stored_state(sealed_store, victim.id),
+        "event": next(
+            p for k, p in _stored_payloads(sealed_store, victim.id) if k == "state.changed"
+        ),
+    }[where]
+    attacker = sealed_store.tenant(f"attacker-{uuid.uuid4().hex[:8]}")
+    mine = attacker.create_conversation()
+    attacker.append_messages(mine.id, [], state={"address": "mine"})
+    renamed = _renamed_export(attacker, mine.id)
+    forged = (
+        _forged_export(renamed, state=stolen)
+        if where == "row"
+        else _forged_export(renamed, payload=stolen, kind="state.changed")
+    )
+    with pytest.raises(ImportFileError, match="not the key of the conversation's subject"):
+        attacker.import_file(io.StringIO(forged))
+    assert [c.id for c in attacker.conversations()] == [mine.id]  # nothing was written
+
+
 @pytest.mark.parametrize("forged", ["embedded", "metadata"])
 def test_an_import_cannot_bring_ciphertext_in_a_message_field_or_in_metadata(
     sealed_store: Store, sealed: Ledger, forged: str
@@ -808,11 +838,12 @@ def _forged_export(
     payload: str | None = None,
     kind: str = "message.recorded",
     metadata: str | None = None,
+    state: str | None = None,
     run_error: str | None = None,
 ) -> str:
     """`text` (one branch) without its key record, with the `payload` of its events of
-    `kind`, the conversation's stored `metadata` and its run's `run_error` replaced
-    where given, every hash and the end record recomputed."""
+    `kind`, the conversation's stored `metadata` and `state` and its run's `run_error`
+    replaced where given, every hash and the end record recomputed."""
     import hashlib
 
     from chatledger.store._sql import chain as _chain
@@ -821,6 +852,8 @@ def _forged_export(
     records = [r for r in records if r.get("type") != "subjectKey"]
     if metadata is not None:
         next(r for r in records if r.get("type") == "conversation")["metadata"] = metadata
+    if state is not None:
+        next(r for r in records if r.get("type") == "conversation")["state"] = state
     if run_error is not None:
         next(r for r in records if r.get("type") == "run")["error"] = run_error
     previous = _chain.GENESIS
