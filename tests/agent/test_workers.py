@@ -19,11 +19,14 @@ from chatledger.store.schema import runs
 from tests.agent import crash_agent
 
 LEASE = 1.0
-# The lease of a live worker racing others: long enough that a worker starved by
-# a busy machine keeps its claim, so each crashed run is resumed by the one
-# worker that claimed it. (With a lease shorter than a stall, another worker
-# rightly takes the stalled resume over; the fencing tests below cover that.)
-RACING_LEASE = 30.0
+"""The lease of a worker the test kills or pauses: it runs out soon after."""
+LIVE_LEASE = 30.0
+"""The lease of a worker that must finish what it claimed: long enough that a worker
+starved by a busy machine keeps its claim, so each crashed run is resumed by the
+one worker that claimed it. (With a lease shorter than a stall, another worker, or
+the same one's next claim, rightly takes the stalled resume over: a rescuer with a
+one-second lease once lost its own resume that way, under a full suite, and
+claimed it again as a crash.)"""
 
 
 @pytest.fixture
@@ -119,7 +122,7 @@ def test_racing_workers_resume_each_run_exactly_once(
 ) -> None:
     crashed = [crashed_run(ledger) for _ in range(20)]
     wait_until_stale(store)
-    workers = [worker_process(database_url, lease=RACING_LEASE) for _ in range(4)]
+    workers = [worker_process(database_url, lease=LIVE_LEASE) for _ in range(4)]
     outputs = [w.communicate(timeout=300) for w in workers]
     assert all(w.returncode == 0 for w in workers), [e for _, e in outputs]
     actions = [json.loads(line) for out, _ in outputs for line in out.splitlines()]
@@ -145,7 +148,7 @@ def test_a_killed_worker_loses_its_lease_and_another_finishes(
     os.kill(doomed.pid, signal.SIGKILL)
     doomed.communicate()
     wait_until_stale(store)
-    rescuer = ResumeWorker(crash_agent.agent, store, owner="rescuer", lease_seconds=LEASE)
+    rescuer = ResumeWorker(crash_agent.agent, store, owner="rescuer", lease_seconds=LIVE_LEASE)
     outcomes = asyncio.run(rescuer.run_once())
     assert [o.action for o in outcomes] == ["resumed"]
     assert completed_once(ledger, conversation_id)
@@ -179,7 +182,7 @@ def test_a_paused_worker_cannot_append_after_losing_its_lease(
     os.kill(paused.pid, signal.SIGSTOP)
     try:
         wait_until_stale(store)
-        taker = ResumeWorker(crash_agent.agent, store, owner="taker", lease_seconds=LEASE)
+        taker = ResumeWorker(crash_agent.agent, store, owner="taker", lease_seconds=LIVE_LEASE)
         assert [o.action for o in asyncio.run(taker.run_once())] == ["resumed"]
         taken_over = ledger.events(run_id=resume_run[0])
     finally:
