@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from chatledger.store import ConflictError, Ledger, Message, Store
 
+_start: Any = None
+"""The barrier a writer process waits at before its first attempt (`ready`)."""
 
-def write_until(
-    ledger: Ledger, conversation_id: str, writer: int, deadline: float
+
+def write(
+    ledger: Ledger, conversation_id: str, writer: int, attempts: int, start: Any
 ) -> dict[str, Any]:
-    """Append with expected positions until `deadline` (time.time()).
+    """`attempts` appends with expected positions, each from the head just read, once
+    every writer has passed `start` (a barrier): they race from the first one.
 
     Every success is retried once with its idempotency key, which must return
     the same positions.
@@ -20,9 +23,8 @@ def write_until(
     conflicts = 0
     errors: list[str] = []
     retries_ok = 0
-    n = 0
-    while time.time() < deadline:
-        n += 1
+    start.wait()
+    for n in range(1, attempts + 1):
         text = f"writer {writer} message {n}"
         key = f"w{writer}-{n}"
         expected = ledger.conversation(conversation_id).head.position
@@ -56,18 +58,26 @@ def write_until(
         "acked": acked,
         "conflicts": conflicts,
         "errors": errors,
-        "attempts": n,
+        "attempts": attempts,
         "retries_ok": retries_ok,
     }
 
 
+def ready(start: Any) -> None:
+    """A writer process's initializer: the barrier its writer waits at."""
+    global _start
+    _start = start
+
+
 def process_writer(
-    url: str, tenant: str, conversation_id: str, writer: int, seconds: float, fast_paths: bool
+    url: str, tenant: str, conversation_id: str, writer: int, attempts: int, fast_paths: bool
 ) -> dict[str, Any]:
-    """`write_until` in a process of its own, with its own store (fast paths on
-    or off, as the test's store), for `seconds` from when the process is ready
-    (a loaded machine starts processes late)."""
+    """`write` in a process of its own, with its own store (fast paths on or off, as
+    the test's store), connected and warmed up before it waits at the barrier."""
     with Store.open(url, fast_paths=fast_paths) as store:
         ledger = store.tenant(tenant)
-        ledger.conversation(conversation_id)  # connected and warmed up
-        return write_until(ledger, conversation_id, writer, time.time() + seconds)
+        ledger.conversation(conversation_id)
+        return write(ledger, conversation_id, writer, attempts, _start)
+
+
+__all__ = ["process_writer", "ready", "write"]

@@ -1,40 +1,43 @@
 """Eight writers race to append to one branch with expected positions.
 
 SQLite writers are threads (one writer at a time is SQLite's model); Postgres
-writers are processes. The run lasts CHATLEDGER_CONCURRENCY_SECONDS (10 by
-default).
+writers are processes. Each makes CHATLEDGER_CONCURRENCY_ATTEMPTS appends (150
+by default), all starting together from a barrier, whatever the machine's speed.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
-import time
+import threading
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any
 
 from chatledger.store import Ledger, Store
-from tests._writers import process_writer, write_until
+from tests._writers import process_writer, ready, write
 
 WRITERS = 8
-SECONDS = float(os.environ.get("CHATLEDGER_CONCURRENCY_SECONDS", "10"))
+ATTEMPTS = int(os.environ.get("CHATLEDGER_CONCURRENCY_ATTEMPTS", "150"))
 
 
 def test_racing_writers_keep_positions_dense_and_lose_nothing(
     backend: str, database_url: str, store: Store, ledger: Ledger
 ) -> None:
     conv = ledger.create_conversation()
-    deadline = time.time() + SECONDS
     results: list[dict[str, Any]]
     if backend == "sqlite":
+        start = threading.Barrier(WRITERS)
         with ThreadPoolExecutor(WRITERS) as pool:
             futures = [
-                pool.submit(write_until, ledger, conv.id, w, deadline) for w in range(WRITERS)
+                pool.submit(write, ledger, conv.id, w, ATTEMPTS, start) for w in range(WRITERS)
             ]
             results = [f.result() for f in futures]
     else:
         context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(WRITERS, mp_context=context) as pool:
+        barrier = context.Barrier(WRITERS)
+        with ProcessPoolExecutor(
+            WRITERS, mp_context=context, initializer=ready, initargs=(barrier,)
+        ) as pool:
             futures = [
                 pool.submit(
                     process_writer,
@@ -42,7 +45,7 @@ def test_racing_writers_keep_positions_dense_and_lose_nothing(
                     ledger.tenant,
                     conv.id,
                     w,
-                    SECONDS,
+                    ATTEMPTS,
                     store.fast_paths,
                 )
                 for w in range(WRITERS)
@@ -61,4 +64,5 @@ def test_racing_writers_keep_positions_dense_and_lose_nothing(
     assert attempts == len(acked) + conflicts, "every loser got the conflict error"
     assert sum(r["retries_ok"] for r in results) == len(acked)
     assert len(acked) > WRITERS
+    assert conflicts > 0, "the writers raced"
     assert [m.content for m in ledger.history(conv.id)] == [text for _, text in acked]
