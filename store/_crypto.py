@@ -281,18 +281,18 @@ class Seal:
             state_text if self.key is None or state_text is None else self.key.seal(state_text, {})
         )
 
-    def state_of(self, state: Mapping[str, Any]) -> dict[str, Any] | None:
+    def state_of(self, state: Mapping[str, Any], sealed: bool) -> dict[str, Any] | None:
         """A conversation's state (`Conversation.state` or a stored state parsed) with its
-        fields opened: sealed under this seal's key, or in the clear (written before
-        states were sealed, or in a conversation in the clear). None when it is sealed
-        under another key or this seal has none: a write that may not be made."""
-        sealed = _sealed_of_metadata(state)
-        if sealed is None:
+        fields opened, `sealed` saying whether the conversation is: sealed under this
+        seal's key, or in the clear (a clear conversation's, or one written before
+        states were sealed). None when it is sealed and this seal has not its key."""
+        found = _sealed_of_metadata(state) if sealed else None
+        if found is None:
             return dict(state)
         key = self.key
-        if key is None or sealed.get("key") != key.key_id:
+        if key is None or found.get("key") != key.key_id:
             return None
-        return dict(json.loads(key.open_parts(str(sealed.get("nonce")), str(sealed.get("data")))))
+        return dict(json.loads(key.open_parts(str(found.get("nonce")), str(found.get("data")))))
 
 
 PLAIN = Seal()

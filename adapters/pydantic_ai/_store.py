@@ -173,7 +173,7 @@ class LedgerConversationStore(ConversationStore):
             and saving == (conversation_id, seen.record.revision)
         ):
             return seen.record
-        return (await self._now(conversation_id)).record
+        return self._remember(conversation_id, await self._conversation(conversation_id)).record
 
     async def read_records(
         self, *, scope: str | None = None, limit: int | None = None
@@ -183,7 +183,7 @@ class LedgerConversationStore(ConversationStore):
         while True:
             page = await self.ledger.conversations(limit=_PAGE, before=before)
             for conv in page:
-                record = await self._record(conv)
+                record = _record(conv)
                 if record is not None and (scope is None or record.scope == scope):
                     records.append(record)
             if len(page) < _PAGE:
@@ -202,7 +202,7 @@ class LedgerConversationStore(ConversationStore):
         cid = record.conversation_id
         seen = self._seen.get(cid)
         if seen is None or (seen.record.revision if seen.record else None) != expected_revision:
-            seen = await self._now(cid)
+            seen = self._remember(cid, await self._conversation(cid))
         stored = seen.record
         if (stored.revision if stored is not None else None) != expected_revision:
             raise ConversationConflict(cid)
@@ -246,7 +246,7 @@ class LedgerConversationStore(ConversationStore):
     async def delete_record(self, conversation_id: str, *, expected_revision: str) -> None:
         self._seen.pop(conversation_id, None)
         conv = await self._conversation(conversation_id)
-        stored = None if conv is None else await self._record(conv)
+        stored = None if conv is None else _record(conv)
         if conv is None or stored is None or stored.revision != expected_revision:
             raise ConversationConflict(conversation_id)
         try:
@@ -294,13 +294,11 @@ class LedgerConversationStore(ConversationStore):
 
     # -- the writes ----------------------------------------------------------------------
 
-    async def _now(self, conversation_id: str) -> _Seen:
-        """The conversation as it is now, remembered."""
-        conv = await self._conversation(conversation_id)
+    def _remember(self, conversation_id: str, conv: Conversation | None) -> _Seen:
         seen = (
             _Seen(None, None, None)
             if conv is None
-            else _Seen(conv.id, conv.state.get(REVISION), await self._record(conv))
+            else _Seen(conv.id, conv.state.get(REVISION), _record(conv))
         )
         self._keep(conversation_id, seen)
         return seen
@@ -310,19 +308,6 @@ class LedgerConversationStore(ConversationStore):
         self._seen.move_to_end(conversation_id)
         while len(self._seen) > _SEEN:
             self._seen.popitem(last=False)
-
-    async def _record(self, conv: Conversation) -> ConversationRecord | None:
-        """The record `conv`'s state holds; for an erased conversation, whose state was
-        sealed with its messages, what is left of it: the conversation and its history's
-        last entry (read as erased markers), the rest erased with the state."""
-        if conv.erased_at is None or not conv.state.get("erased"):
-            data = conv.state.get(RECORD)
-            return None if data is None else _RECORD.validate_python(data)
-        assert conv.key is not None  # a pydantic-ai conversation has its id as key
-        last = await self.ledger.entries(conv.id, last=1)
-        return ConversationRecord(
-            conversation_id=conv.key, head_id=last[-1].event_id if last else None
-        )
 
     async def _conversation(self, conversation_id: str) -> Conversation | None:
         try:
@@ -421,6 +406,9 @@ class LedgerConversationStore(ConversationStore):
         return (await self.ledger.entry(entry_id)).position
 
 
+def _record(conv: Conversation) -> ConversationRecord | None:
+    data = conv.state.get(RECORD)
+    return None if data is None else _RECORD.validate_python(data)
 
 
 def _entries(found: Sequence[Entry], before: Entry | None) -> list[ConversationEntry]:

@@ -250,7 +250,7 @@ def check_state(conv: Conversation, expected: Mapping[str, Any] | None, seal: Se
     (a field given as None must be absent or null); a sealed state opens under `seal`."""
     if expected is None:
         return
-    state = seal.state_of(conv.state)
+    state = seal.state_of(conv.state, conv.subject is not None)
     if state is None:
         raise EncryptionError(
             f"The state of conversation '{conv.id}' is sealed, and this write does not hold "

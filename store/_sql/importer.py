@@ -359,6 +359,15 @@ class _Import:
         if isinstance(state, str) and is_sealed(state):
             what = f"The state of conversation '{row['id']}'"
             self._under_subject_key(row["subject"], split_sealed(state)[0], what, line)
+        elif isinstance(state, str) and _has_sealed_member(state):
+            # Another spelling of the sealed layout, which a read would open too.
+            raise ImportFileError(
+                line,
+                _edited(
+                    f"The state of conversation '{row['id']}' carries the field 'sealed', "
+                    f"which chatledger reserves for the content it stores encrypted."
+                ),
+            )
         if row["subject"] is None:
             return
         what = f"The metadata of conversation '{row['id']}'"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import pytest
 from pydantic_ai import Agent
 from pydantic_ai.conversation import Conversation
 from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart
@@ -17,7 +18,7 @@ from pydantic_ai.models.function import FunctionModel
 
 from chatledger.adapters.openai_agents import ChatledgerSession
 from chatledger.adapters.pydantic_ai import LedgerConversationStore
-from chatledger.store import AsyncStore
+from chatledger.store import AsyncStore, ErasedError
 from chatledger.store._crypto import ERASED_CONTENT
 
 KEK = bytes(range(64, 96))
@@ -30,7 +31,9 @@ def _model(messages: list[Any], info: Any) -> ModelResponse:
     return ModelResponse(parts=[ToolCallPart("weather", {"city": "SECRET-city"})])
 
 
-async def test_pydantic_ai_reads_markers_after_an_erasure(database_url: str) -> None:
+async def test_a_pydantic_ai_conversation_reads_as_absent_after_an_erasure(
+    database_url: str,
+) -> None:
     agent = Agent(FunctionModel(_model), instructions="Answer briefly.")
 
     @agent.tool_plain
@@ -50,11 +53,15 @@ async def test_pydantic_ai_reads_markers_after_an_erasure(database_url: str) -> 
 
         conversation_id = (await ledger.conversation_by_key("trip")).id
         await ledger.erase(conversation_id, reason="the user asked")
-        erased = await conversations.load("trip")
-        assert erased is not None
-        assert len(erased.messages) == len(result.all_messages())
-        shown = repr(erased.messages)
+        # Its record (usage, deferred tool requests, title, metadata) was sealed with its
+        # messages: the conversation reads as absent, its log as erased markers.
+        assert await conversations.load("trip") is None
+        assert [r.conversation_id for r in await conversations.list_conversations()] == []
+        shown = repr(await ledger.history(conversation_id))
         assert "SECRET" not in shown and ERASED_CONTENT in shown
+        again = await agent.run("more", conversation=Conversation(conversation_id="trip"))
+        with pytest.raises(ErasedError):  # the id stays with its erased log
+            await conversations.save(again)
 
 
 async def test_openai_agents_session_reads_markers_after_an_erasure(database_url: str) -> None:

@@ -738,7 +738,7 @@ def test_an_import_cannot_bring_ciphertext_under_another_subjects_key(
     assert [c.id for c in attacker.conversations()] == [mine.id]  # nothing was written
 
 
-@pytest.mark.parametrize("where", ["row", "event"])
+@pytest.mark.parametrize("where", ["row", "event", "row respelled"])
 def test_an_import_cannot_bring_a_sealed_state_under_another_subjects_key(
     sealed_store: Store, sealed: Ledger, where: str
 ) -> None:
@@ -748,8 +748,10 @@ def test_an_import_cannot_bring_a_sealed_state_under_another_subjects_key(
 
     victim = sealed.create_conversation()
     sealed.append_messages(victim.id, [], state={"address": "VICTIM SECRET"})
+    row = _stored_state(sealed_store, victim.id)
     stolen = {
-        "row": _stored_state(sealed_store, victim.id),
+        "row": row,
+        "row respelled": json.dumps(json.loads(row), separators=(", ", ": ")),
         "event": next(
             p for k, p in _stored_payloads(sealed_store, victim.id) if k == "state.changed"
         ),
@@ -759,11 +761,14 @@ def test_an_import_cannot_bring_a_sealed_state_under_another_subjects_key(
     attacker.append_messages(mine.id, [], state={"address": "mine"})
     renamed = _renamed_export(attacker, mine.id)
     forged = (
-        _forged_export(renamed, state=stolen)
-        if where == "row"
-        else _forged_export(renamed, payload=stolen, kind="state.changed")
+        _forged_export(renamed, payload=stolen, kind="state.changed")
+        if where == "event"
+        else _forged_export(renamed, state=stolen)
     )
-    with pytest.raises(ImportFileError, match="not the key of the conversation's subject"):
+    refused = (
+        "'sealed'" if where == "row respelled" else "not the key of the conversation's subject"
+    )
+    with pytest.raises(ImportFileError, match=refused):
         attacker.import_file(io.StringIO(forged))
     assert [c.id for c in attacker.conversations()] == [mine.id]  # nothing was written
 
