@@ -258,16 +258,16 @@ class Operations:
                     seal=_subject_needs(subject, seal),
                 ),
             )
-            # A keyed or sealed creation (or one that names a subject): the general path.
-            if key is not None or seal.sealed or subject is not None:
+            # A sealed creation (or one that names a subject): the general path.
+            if seal.sealed or subject is not None:
                 return create
             return replace(
                 create,
                 postgres=lambda cursor: _append.create_conversation_postgres(
-                    cursor, tenant, cid, meta_text, payload
+                    cursor, tenant, cid, meta_text, payload, key
                 ),
                 sqlite=lambda cursor: _append.create_conversation_sqlite(
-                    cursor, tenant, cid, meta_text, payload
+                    cursor, tenant, cid, meta_text, payload, key
                 ),
             )
 

@@ -621,7 +621,7 @@ class _Fresh:
 
 _SQLITE_NEW_CONVERSATION = (
     "INSERT INTO chatledger_conversations (id, tenant, head_branch_id, head_position, "
-    "head_open, head_hash, created_at, metadata) VALUES (?, ?, ?, ?, 1, ?, ?, ?) "
+    "head_open, head_hash, created_at, metadata, key) VALUES (?, ?, ?, ?, 1, ?, ?, ?, ?) "
     "ON CONFLICT (id) DO NOTHING"
 )
 _SQLITE_NEW_BRANCH = (
@@ -725,9 +725,10 @@ def create_append_postgres(cursor: Any, turn: Turn) -> Written | None:
     )
 
 
-def create_append_sqlite(cursor: Any, turn: Turn) -> Written | None:
+def create_append_sqlite(cursor: Any, turn: Turn, key: str | None = None) -> Written | None:
     """`create_append_postgres` through a DB-API cursor inside the caller's
-    `BEGIN IMMEDIATE`."""
+    `BEGIN IMMEDIATE`; the conversation's row holds `key` (its key's row is the
+    caller's)."""
     assert turn.root is not None
     meta_text, created = turn.root
     conversation_id, run_id = turn.conversation_id, turn.run_id
@@ -737,7 +738,7 @@ def create_append_sqlite(cursor: Any, turn: Turn) -> Written | None:
     at = sqlite_time(now)
     cursor.execute(
         _SQLITE_NEW_CONVERSATION,
-        (conversation_id, turn.tenant, fresh.branch_id, last, fresh.hashes[-1], at, meta_text),
+        (conversation_id, turn.tenant, fresh.branch_id, last, fresh.hashes[-1], at, meta_text, key),
     )
     if cursor.rowcount != 1:
         return None  # the conversation row comes first: nothing was written
@@ -779,11 +780,14 @@ def create_append_sqlite(cursor: Any, turn: Turn) -> Written | None:
 _CREATE_POSTGRES = """
 WITH conv AS (
     INSERT INTO chatledger_conversations (id, tenant, head_branch_id, head_position, head_open,
-                                          head_hash, created_at, metadata)
+                                          head_hash, created_at, metadata, key)
     VALUES (%(cid)s::uuid, %(tenant)s, %(bid)s::uuid, 1, true, %(hash)s, clock_timestamp(),
-            %(meta)s)
+            %(meta)s, %(key)s)
     ON CONFLICT (id) DO NOTHING
     RETURNING created_at
+), keyed AS (
+    INSERT INTO chatledger_conversation_keys (tenant, key, conversation_id)
+    SELECT %(tenant)s, %(key)s, %(cid)s::uuid FROM conv WHERE %(key)s::text IS NOT NULL
 ), branch AS (
     INSERT INTO chatledger_branches (id, conversation_id, reason, created_at)
     SELECT %(bid)s::uuid, %(cid)s::uuid, 'root', created_at FROM conv
@@ -802,47 +806,79 @@ arrays, `unnest` and the returned rows cost a creation a third more time
 
 
 def create_conversation_postgres(
-    cursor: Any, tenant: str, conversation_id: str | None, meta_text: str, payload: str
+    cursor: Any,
+    tenant: str,
+    conversation_id: str | None,
+    meta_text: str,
+    payload: str,
+    key: str | None = None,
 ) -> Conversation | None:
-    """`create_conversation` of a root conversation: the rows of the create-append
-    form with no messages (one statement), or None having written nothing (the id
-    is taken). The inputs are checked already; `meta_text` and `payload` come
-    from `encode_root`. tests/store/test_fast_paths.py compares the rows with the
-    general path's."""
+    """`create_conversation` of a root conversation in the clear, with its `key`
+    when given: the rows of the create-append form with no messages and the key's
+    row (one statement), or None having written nothing (the id or the key is
+    taken: the general path says which). The inputs are checked already;
+    `meta_text` and `payload` come from `encode_root`.
+    tests/store/test_fast_paths.py compares the rows with the general path's."""
     cid = conversation_id or new_id()
     fresh = _fresh(cid, payload, [], None, None)
-    cursor.execute(
-        _CREATE_POSTGRES,
-        {
-            "cid": cid,
-            "tenant": tenant,
-            "bid": fresh.branch_id,
-            "hash": fresh.hashes[0],
-            "meta": meta_text,
-            "eid": fresh.ids[0],
-            "payload": payload,
-        },
-    )
+    try:
+        cursor.execute(
+            _CREATE_POSTGRES,
+            {
+                "cid": cid,
+                "tenant": tenant,
+                "bid": fresh.branch_id,
+                "hash": fresh.hashes[0],
+                "meta": meta_text,
+                "eid": fresh.ids[0],
+                "payload": payload,
+                "key": key,
+            },
+        )
+    except Exception as error:  # the statement failed whole: nothing was written
+        if violated_key(error) == "pk_chatledger_conversation_keys":
+            return None
+        raise
     row = cursor.fetchone()
     if row is None:
         return None
-    return _root(tenant, cid, fresh.branch_id, utc(row[0]), meta_text)
+    return _root(tenant, cid, fresh.branch_id, utc(row[0]), meta_text, key)
+
+
+_SQLITE_NEW_KEY = (
+    "INSERT INTO chatledger_conversation_keys (tenant, key, conversation_id) VALUES (?, ?, ?) "
+    "ON CONFLICT DO NOTHING"
+)
 
 
 def create_conversation_sqlite(
-    cursor: Any, tenant: str, conversation_id: str | None, meta_text: str, payload: str
+    cursor: Any,
+    tenant: str,
+    conversation_id: str | None,
+    meta_text: str,
+    payload: str,
+    key: str | None = None,
 ) -> Conversation | None:
     """`create_conversation_postgres` through a SQLite DB-API cursor inside the
-    caller's `BEGIN IMMEDIATE`."""
+    caller's `BEGIN IMMEDIATE` (None rolls it back)."""
     cid = conversation_id or new_id()
-    done = create_append_sqlite(cursor, Turn(tenant, cid, [], root=(meta_text, payload)))
+    if key is not None:
+        cursor.execute(_SQLITE_NEW_KEY, (tenant, key, cid))
+        if cursor.rowcount != 1:
+            return None  # the key is taken: the general path says so
+    done = create_append_sqlite(cursor, Turn(tenant, cid, [], root=(meta_text, payload)), key)
     if done is None or done.created is None:
         return None
-    return _root(tenant, cid, done.branch_id, done.created.recorded_at, meta_text)
+    return _root(tenant, cid, done.branch_id, done.created.recorded_at, meta_text, key)
 
 
 def _root(
-    tenant: str, conversation_id: str, branch_id: str, created_at: datetime, meta_text: str
+    tenant: str,
+    conversation_id: str,
+    branch_id: str,
+    created_at: datetime,
+    meta_text: str,
+    key: str | None,
 ) -> Conversation:
     """A new root conversation, as `get_conversation` reads it back."""
     return Conversation(
@@ -853,6 +889,7 @@ def _root(
         created_at=created_at,
         metadata=json.loads(meta_text),
         forked_from=None,
+        key=key,
     )
 
 

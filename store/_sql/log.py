@@ -472,17 +472,24 @@ _SQLITE_BY_KEY = _BY_KEY.format(
 )
 
 
-def conversation_by_key_postgres(cursor: Any, tenant: str, key: str) -> Conversation | None:
-    """`get_conversation_by_key` as one query on an autocommit DB-API cursor; None
-    when there is no such conversation (the general path then says so)."""
+def conversation_by_key_postgres(cursor: Any, tenant: str, key: str) -> Conversation:
+    """`get_conversation_by_key` as one query on an autocommit DB-API cursor: the same
+    query, so its miss is the same `NotFoundError` (a framework's first write to a
+    thread looks its key up and misses)."""
     cursor.execute(_PG_BY_KEY, {"tenant": tenant, "key": key})
-    return _conversation_from_cursor(cursor, parse_time=False)
+    return _found_by_key(_conversation_from_cursor(cursor, parse_time=False), tenant, key)
 
 
-def conversation_by_key_sqlite(cursor: Any, tenant: str, key: str) -> Conversation | None:
+def conversation_by_key_sqlite(cursor: Any, tenant: str, key: str) -> Conversation:
     """`conversation_by_key_postgres` through a SQLite DB-API cursor."""
     cursor.execute(_SQLITE_BY_KEY, (tenant, key))
-    return _conversation_from_cursor(cursor, parse_time=True)
+    return _found_by_key(_conversation_from_cursor(cursor, parse_time=True), tenant, key)
+
+
+def _found_by_key(found: Conversation | None, tenant: str, key: str) -> Conversation:
+    if found is None:
+        raise NotFoundError("conversation key", key, tenant)
+    return found
 
 
 def _conversation_from_cursor(cursor: Any, *, parse_time: bool) -> Conversation | None:
@@ -510,9 +517,7 @@ def get_conversation_by_key(conn: Connection, tenant: str, key: str) -> Conversa
         )
         .where(conversation_keys.c.tenant == tenant, conversation_keys.c.key == key)
     ).first()
-    if row is None:
-        raise NotFoundError("conversation key", key, tenant)
-    return _conversation(row)
+    return _found_by_key(None if row is None else _conversation(row), tenant, key)
 
 
 def check_metadata(metadata: Any) -> str:

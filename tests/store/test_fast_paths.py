@@ -7,6 +7,7 @@ compare what the two paths write for the same turns, row by row.
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import threading
 import uuid
@@ -34,7 +35,13 @@ from chatledger.store import (
 )
 from chatledger.store._db.tail import NOTIFIER_THREAD
 from chatledger.store.ids import is_id, new_id
-from chatledger.store.schema import branches, conversations, events, view_entries
+from chatledger.store.schema import (
+    branches,
+    conversation_keys,
+    conversations,
+    events,
+    view_entries,
+)
 
 
 @contextmanager
@@ -347,14 +354,27 @@ def test_a_turn_of_any_length_is_written_alike_by_both_paths(database_url: str, 
 
 # -- creating a conversation --------------------------------------------------------------
 
-CREATIONS: list[tuple[dict[str, Any] | None, bool]] = [
-    (None, False),
-    ({}, False),
-    ({"user": "u1", "tags": ["a", "é", "\u2028"], "n": 1.5, "deep": {"z": None, "a": True}}, False),
-    (None, True),  # a caller-given id
-    ({"k": "v"}, True),
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+CREATIONS: list[tuple[dict[str, Any] | None, bool, bool]] = [
+    (None, False, False),
+    ({}, False, False),
+    (
+        {"user": "u1", "tags": ["a", "é", "\u2028"], "n": 1.5, "deep": {"z": None, "a": True}},
+        False,
+        False,
+    ),
+    (None, True, False),  # a caller-given id
+    ({"k": "v"}, True, False),
+    (None, False, True),  # a key (a framework's thread or session id)
+    ({"k": "v"}, True, True),
 ]
-"""(metadata, whether the caller gives the id) for each conversation the differential creates."""
+"""(metadata, whether the caller gives the id, whether it gives a key) for each
+conversation the differential creates."""
+
+
+def creation_options(given: bool, keyed: bool) -> dict[str, Any]:
+    return {"conversation_id": new_id() if given else None, "key": new_id() if keyed else None}
 
 
 def creation_rows(engine: sa.Engine, convs: list[Conversation], names: dict[str, str]) -> Any:
@@ -371,6 +391,9 @@ def creation_rows(engine: sa.Engine, convs: list[Conversation], names: dict[str,
             ).mappings()
             (event,) = conn.execute(
                 sa.select(events).where(events.c.conversation_id == conv.id)
+            ).mappings()
+            keyed = conn.execute(
+                sa.select(conversation_keys).where(conversation_keys.c.conversation_id == conv.id)
             ).mappings()
             views = conn.execute(
                 sa.select(view_entries).where(view_entries.c.conversation_id == conv.id)
@@ -390,6 +413,7 @@ def creation_rows(engine: sa.Engine, convs: list[Conversation], names: dict[str,
                             for k, v in event.items()
                             if k not in ("seq", "txid", "recorded_at", "hash")
                         },
+                        [dict(k) for k in keyed],
                     ],
                     names,
                 )
@@ -413,13 +437,14 @@ def creation_record(
         assert reader.verify(conv.id).ok
     returned = [
         anonymized(
-            (c.id, c.tenant, c.head.branch_id, c.head.position, c.metadata, c.forked_from), names
+            (c.id, c.tenant, c.head.branch_id, c.head.position, c.metadata, c.forked_from, c.key),
+            names,
         )
         for c in convs
     ]
     errors = [
         (
-            str(e).replace(e.conversation_id or "", names.get(e.conversation_id or "", "taken")),
+            _UUID.sub(lambda m: anonymized(m.group(0), names), str(e)),
             anonymized(e.conversation_id, names),
         )
         for e in conflicts
@@ -429,16 +454,21 @@ def creation_record(
 
 def create_all(ledger: Ledger, taken: str) -> tuple[list[Conversation], list[ConflictError]]:
     convs = [
-        ledger.create_conversation(m, conversation_id=new_id() if given else None)
-        for m, given in CREATIONS
+        ledger.create_conversation(m, **creation_options(given, keyed))
+        for m, given, keyed in CREATIONS
     ]
     conflicts = []
-    # Taken by another tenant, and by this one (a conversation just created).
-    for cid in (taken, convs[3].id):
+    # An id taken by another tenant, and by this one (a conversation just created);
+    # a key this tenant uses.
+    for options in taken_options(taken, convs):
         with pytest.raises(ConflictError) as caught:
-            ledger.create_conversation({"k": "v"}, conversation_id=cid)
+            ledger.create_conversation({"k": "v"}, **options)
         conflicts.append(caught.value)
     return convs, conflicts
+
+
+def taken_options(taken: str, convs: list[Conversation]) -> list[dict[str, Any]]:
+    return [{"conversation_id": taken}, {"conversation_id": convs[3].id}, {"key": convs[5].key}]
 
 
 def test_the_fast_and_general_paths_create_the_same_conversations(database_url: str) -> None:
@@ -454,9 +484,10 @@ def test_the_fast_and_general_paths_create_the_same_conversations(database_url: 
             ledger = store.tenant(tenant)
             convs, conflicts = create_all(ledger, taken)
             records.append(creation_record(store.engine, ledger, convs, conflicts))
-        # Five conversations each: a conversation, a branch and an event apiece, no view
-        # rows; the conflicts wrote nothing.
-        added = (10, 10, 10, 0)
+        # Each creation: a conversation, a branch and an event apiece, no view rows;
+        # the conflicts wrote nothing.
+        n = 2 * len(CREATIONS)
+        added = (n, n, n, 0)
         assert counts(fast.engine) == tuple(n + d for n, d in zip(before, added, strict=True))
         assert records[0] == records[1]
 
@@ -469,14 +500,14 @@ async def test_the_async_store_creates_the_same_conversations(database_url: str)
             ledger = fast.tenant(tenant)
             with statements(fast.engine.sync_engine) as seen:
                 convs = [
-                    await ledger.create_conversation(m, conversation_id=new_id() if g else None)
-                    for m, g in CREATIONS
+                    await ledger.create_conversation(m, **creation_options(g, k))
+                    for m, g, k in CREATIONS
                 ]
             assert not seen  # the fast forms, on the driver's cursor
             conflicts = []
-            for cid in (taken, convs[3].id):
+            for options in taken_options(taken, convs):
                 with pytest.raises(ConflictError) as caught:
-                    await ledger.create_conversation({"k": "v"}, conversation_id=cid)
+                    await ledger.create_conversation({"k": "v"}, **options)
                 conflicts.append(caught.value)
         reader = general.tenant(tenant)
         record = creation_record(general.engine, reader, convs, conflicts)
