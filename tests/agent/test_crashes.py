@@ -89,9 +89,12 @@ def run_trials(url: str, ledger: Ledger, exec_log: Path) -> list[Trial]:
             )
             batch.append(Trial(conv.id, process, []))
         try:
-            kills = []
+            kills: list[tuple[float, Trial]] = []
             waiting = list(batch)
-            while waiting:
+            # Each kill fires at its moment while the other processes of the batch are
+            # still starting: a kill held until the whole batch had started came, on a
+            # loaded machine, after its run had ended (11 of 24 trials crashed).
+            while waiting or kills:
                 for trial in list(waiting):
                     # Whether it had exited is read before its runs: a process can
                     # start and finish its whole run between the two reads.
@@ -110,15 +113,20 @@ def run_trials(url: str, ledger: Ledger, exec_log: Path) -> list[Trial]:
                             f"an agent process died before starting its run: "
                             f"{trial.process.communicate()[1]}"
                         )
+                kills.sort(key=lambda k: k[0])
+                while kills and kills[0][0] <= time.monotonic():
+                    _, trial = kills.pop(0)
+                    if trial.process.poll() is None:
+                        os.kill(trial.process.pid, signal.SIGKILL)
+                # Paced by the next kill's moment, or a process's exit, or 50 ms: reads
+                # of the runs in a tight loop would take the CPU from the processes
+                # starting up.
+                pause = 0.05 if not kills else min(0.05, max(0.0, kills[0][0] - time.monotonic()))
                 if waiting:
-                    # Paced by a process's exit (or 50 ms): reads of the runs in a
-                    # tight loop would take the CPU from the processes starting up.
                     with contextlib.suppress(subprocess.TimeoutExpired):
-                        waiting[0].process.wait(timeout=0.05)
-            for moment, trial in sorted(kills, key=lambda k: k[0]):
-                time.sleep(max(0.0, moment - time.monotonic()))
-                if trial.process.poll() is None:
-                    os.kill(trial.process.pid, signal.SIGKILL)
+                        waiting[0].process.wait(timeout=pause)
+                elif kills:
+                    time.sleep(pause)  # the moment of the next kill
             for trial in batch:
                 out, trial.stderr = trial.process.communicate(timeout=60)
                 for line in out.splitlines():
