@@ -93,6 +93,8 @@ other payload is ever opened."""
 _CREATED_CLEAR = ("tenant", "forkedFrom")
 _STATE_CLEAR = '"kind":"state.changed"'
 """The clear member of a sealed `state.changed` payload."""
+_SEALED_COLUMNS = ("metadata", "state")
+"""A sealed conversation's columns that hold sealed text."""
 _WRAP_AAD = b"chatledger data key v1"
 
 
@@ -275,11 +277,9 @@ class Seal:
         """The conversation row's metadata text, sealed."""
         return meta_text if self.key is None else self.key.seal(meta_text, {})
 
-    def state(self, state_text: str | None) -> str | None:
-        """The conversation row's state text, sealed (None: the state does not change)."""
-        return (
-            state_text if self.key is None or state_text is None else self.key.seal(state_text, {})
-        )
+    def state(self, state_text: str) -> str:
+        """The conversation row's state text, sealed."""
+        return state_text if self.key is None else self.key.seal(state_text, {})
 
     def state_of(self, state: Mapping[str, Any], sealed: bool) -> dict[str, Any] | None:
         """A conversation's state (`Conversation.state` or a stored state parsed) with its
@@ -482,8 +482,8 @@ def _visit(value: Any, found: Callable[[str], None]) -> None:
             _visit(item, found)
     elif dataclasses.is_dataclass(value) and not isinstance(value, type):
         if isinstance(value, Conversation) and value.subject is not None:
-            for column in (value.metadata, value.state):
-                sealed = _sealed_of_metadata(column)
+            for column in _SEALED_COLUMNS:
+                sealed = _sealed_of_metadata(getattr(value, column))
                 if sealed is not None:
                     found(str(sealed.get("key")))
         elif isinstance(value, Run) and value.error is not None and is_sealed(value.error):
@@ -530,12 +530,10 @@ def _open(value: Any, keys: Mapping[str, DataKey | None]) -> Any:
             if new is not item:
                 changes[f.name] = new
         if isinstance(value, Conversation) and value.subject is not None:
-            sealed = _sealed_of_metadata(value.metadata)
-            if sealed is not None:
-                changes["metadata"] = json.loads(_open_sealed(sealed, lambda: {}, keys))
-            sealed = _sealed_of_metadata(value.state)
-            if sealed is not None:
-                changes["state"] = json.loads(_open_sealed(sealed, lambda: {}, keys))
+            for column in _SEALED_COLUMNS:
+                sealed = _sealed_of_metadata(getattr(value, column))
+                if sealed is not None:
+                    changes[column] = json.loads(_open_sealed(sealed, lambda: {}, keys))
         elif isinstance(value, Run) and value.error is not None and is_sealed(value.error):
             key_id, nonce, data, _ = split_sealed(value.error)
             key = keys.get(key_id)

@@ -496,7 +496,7 @@ class Operations:
                 run_id=run_id,
                 key=idempotency_key,
                 named=minted,
-                state=seal.state(state_text),
+                state=None if state_text is None else seal.state(state_text),
                 expected=head.position if isinstance(head, Position) else head,
                 expected_branch=head.branch_id if isinstance(head, Position) else None,
                 expected_state=expected_state,

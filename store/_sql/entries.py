@@ -281,9 +281,7 @@ def record_state(
     set_head(
         conn, replace(conv, head=at), Position(at.branch_id, changed.position), [], changed.hash
     )
-    stored = seal.state(state_text)
-    assert stored is not None
-    store_state(conn, conv.id, stored)
+    store_state(conn, conv.id, seal.state(state_text))
     return changed
 
 

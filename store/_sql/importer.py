@@ -147,7 +147,7 @@ class _Import:
             )
         cid = str(row["id"])
         self._own(row, "conversation", line)
-        self._sealed_metadata(row, line)
+        self._sealed_columns(row, line)
         for column in ("metadata", "state"):
             if isinstance(row.get(column), str):
                 _finite(row[column], f"The {column} of conversation '{row['id']}'", line)
@@ -351,7 +351,7 @@ class _Import:
             # the database it was exported from holds it so too.
             raise _in_the_clear(what, line)
 
-    def _sealed_metadata(self, row: dict[str, Any], line: int) -> None:
+    def _sealed_columns(self, row: dict[str, Any], line: int) -> None:
         """A sealed conversation's metadata: the sealed layout, under its subject's key;
         and a sealed state only there, under that key too (a state in the clear in a
         sealed conversation was written before states were sealed, ADR 0047)."""

@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -31,6 +30,7 @@ from langgraph.graph.state import CompiledStateGraph
 from chatledger.adapters.langgraph import Saver
 from chatledger.store import AsyncStore, Ledger, Store
 from chatledger.store._crypto import ERASED_CONTENT, SEALED_PREFIX
+from tests.store.test_erasure import _stored_payloads, _stored_state
 
 KEK = bytes(range(96, 128))
 
@@ -308,19 +308,8 @@ def test_a_sealed_threads_records_are_sealed_and_erased_with_it(database_url: st
         assert [w[2] for w in got.pending_writes or []] == [secret, secret]
 
         conv = ledger.conversation_by_key('langgraph:["t",""]')
-        with store.engine.connect() as conn:
-            payloads = conn.execute(
-                sa.text(
-                    "SELECT payload FROM chatledger_events "
-                    "WHERE conversation_id = :c AND kind = 'state.changed'"
-                ),
-                {"c": conv.id},
-            ).scalars()
-            (row_state,) = conn.execute(
-                sa.text("SELECT state FROM chatledger_conversations WHERE id = :c"),
-                {"c": conv.id},
-            ).one()
-        stored = [*payloads, row_state]
+        payloads = [p for k, p in _stored_payloads(store, conv.id) if k == "state.changed"]
+        stored = [*payloads, _stored_state(store, conv.id)]
         assert len(stored) == 3
         assert all(text.startswith(SEALED_PREFIX) and secret not in text for text in stored)
 

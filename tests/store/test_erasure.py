@@ -78,14 +78,23 @@ def _stored_payloads(store: Store, conversation_id: str) -> list[tuple[str, str]
     return [(str(k), str(p)) for k, p in rows]
 
 
-def _stored_metadata(store: Store, conversation_id: str) -> str:
+def _stored_column(store: Store, conversation_id: str, column: str) -> str:
+    """A conversation row's column (`metadata`, `state`) as stored."""
     with store.engine.connect() as conn:
         return str(
             conn.execute(
-                sa.text("SELECT metadata FROM chatledger_conversations WHERE id = :c"),
+                sa.text(f"SELECT {column} FROM chatledger_conversations WHERE id = :c"),
                 {"c": conversation_id},
             ).scalar_one()
         )
+
+
+def _stored_metadata(store: Store, conversation_id: str) -> str:
+    return _stored_column(store, conversation_id, "metadata")
+
+
+def _stored_state(store: Store, conversation_id: str) -> str:
+    return _stored_column(store, conversation_id, "state")
 
 
 # -- sealing ---------------------------------------------------------------------------
@@ -148,16 +157,6 @@ def test_every_way_of_writing_content_seals_it(sealed_store: Store, sealed: Ledg
         assert marker not in _stored_metadata(sealed_store, conversation_id)
     assert sealed.conversation(fork.id).subject == cid  # a fork is its source's subject
     assert [m.content for m in sealed.history(fork.id)] == [marker] * 4
-
-
-def _stored_state(store: Store, conversation_id: str) -> str:
-    with store.engine.connect() as conn:
-        return str(
-            conn.execute(
-                sa.text("SELECT state FROM chatledger_conversations WHERE id = :c"),
-                {"c": conversation_id},
-            ).scalar_one()
-        )
 
 
 def test_a_sealed_conversations_state_is_sealed_compared_opened_and_erased(
