@@ -1,4 +1,6 @@
-"""Every `chatledger` subcommand, run as a real command in a subprocess."""
+"""Every `chatledger` subcommand, run as a real command in a subprocess (forked
+from a warm process, tests/warm.py, where the interpreter's start is not what a
+test is about)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from chatledger.store import Message, Store
+from tests import warm
 
 EXE = [sys.executable, "-m", "chatledger"]
 
@@ -28,7 +31,7 @@ def chatledger(
     command = [*EXE, *args]
     if url is not None:
         command += ["--database-url", url]
-    return subprocess.run(
+    return warm.run(
         command,
         input=stdin,
         capture_output=True,

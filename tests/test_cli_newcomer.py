@@ -1,6 +1,7 @@
 """The command line a newcomer meets (issue 35): finding conversations, positions,
 resuming one run, errors in the command's own terms, progress, `--json`, and the
-small things. Every test runs the installed `chatledger` command in a subprocess,
+small things. Every test runs the installed `chatledger` command in a subprocess
+(forked from a warm process, tests/warm.py, unless it is about the terminal),
 on both databases where the database matters."""
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from chatledger.store import Message, NewEvent, Store
+from tests import warm
 
 COMMAND = Path(sys.executable).with_name("chatledger")
 AGENT = "tests.agent.cli_agent:agent"
@@ -31,7 +33,7 @@ def run(
 ) -> subprocess.CompletedProcess[str]:
     """The installed command, stdout and stderr piped."""
     command = [str(COMMAND), *args] + (["--database-url", url] if url else [])
-    return subprocess.run(
+    return warm.run(
         command,
         capture_output=True,
         text=True,

@@ -26,12 +26,13 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests import warm
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -115,7 +116,7 @@ def snippet_env(database_url: str | None) -> dict[str, str]:
 def run_page_python(page: str, where: Path) -> str:
     """Run every runnable Python example of `page` as one program in `where`; its stdout."""
     code = "\n".join(b.code for b in RUN if b.page == page and b.language == "python")
-    proc = subprocess.run(
+    proc = warm.run(
         [sys.executable, "-c", code],
         cwd=where,
         env=snippet_env(None),
@@ -142,7 +143,7 @@ def test_the_snippet_runs_alone(
         command = ["bash", "-euo", "pipefail", "-c", code]
     work = tmp_path / "fresh"  # nothing in it but what the snippet makes
     work.mkdir()
-    proc = subprocess.run(
+    proc = warm.run(  # a Python block forks from a warm process (tests/warm.py)
         command,
         cwd=work,
         env=snippet_env(url),

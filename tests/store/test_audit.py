@@ -47,7 +47,7 @@ from chatledger.store._sql import append as _append
 from chatledger.store._sql import log as _log
 from chatledger.store.ids import new_id
 from chatledger.store.schema import events, metadata
-from tests import _audit_writer
+from tests import _audit_writer, warm
 from tests._audit_agent import INSTRUCTIONS, wrapped_agent
 from tests._audit_agent import agent as cli_agent
 
@@ -586,7 +586,7 @@ EXE = [sys.executable, "-m", "chatledger", "audit"]
 
 
 def chatledger_audit(url: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return warm.run(
         [*EXE, *args, "--database-url", url], capture_output=True, text=True, timeout=120
     )
 

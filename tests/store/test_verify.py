@@ -257,14 +257,15 @@ def test_head_digest_is_the_head_events_hash(ledger: Ledger) -> None:
 def test_the_verify_command_names_the_tampered_event(
     store: Store, ledger: Ledger, database_url: str, recompute: Recompute
 ) -> None:
-    import subprocess
     import sys
+
+    from tests import warm
 
     conv, _ = populate(ledger)
     victim = ledger.events(conversation_id=conv)[1]
     with triggers_off(store) as conn:
         conn.execute(events.update().where(events.c.seq == victim.seq).values(kind="run.started"))
-    result = subprocess.run(
+    result = warm.run(
         [
             sys.executable,
             "-m",
@@ -344,7 +345,9 @@ def test_a_deleted_head_that_a_run_left_is_named_by_run_started(
     )
     old_head = ledger.conversation(conv).head
     cursor = ledger.runs.start(conv, owner="v", base=2)  # regenerate the answer
-    _, cursor = ledger.runs.record(cursor, [NewEvent.of_message(Message(role="assistant", content="b"))])
+    _, cursor = ledger.runs.record(
+        cursor, [NewEvent.of_message(Message(role="assistant", content="b"))]
+    )
     ledger.runs.complete(cursor)
     started = only_event(ledger, conv, "run.started")
     delete_event(store, ledger, conv, old_head)
