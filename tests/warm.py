@@ -52,7 +52,7 @@ class _Zygote:
     """The warm process, and the pipes its requests and replies go over."""
 
     def __init__(self) -> None:
-        self.env = dict(os.environ)
+        self.startup = _startup(os.environ)
         self.log = tempfile.TemporaryFile()  # noqa: SIM115 - its stderr, while it lives
         to_child, self._requests = os.pipe()
         self.replies, from_child = os.pipe()
@@ -62,7 +62,6 @@ class _Zygote:
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=self.log,
-            env=self.env,
             start_new_session=True,  # its children are in its group (`close`)
         )
         os.close(to_child)
@@ -112,8 +111,13 @@ def _warm() -> _Zygote:
     with _started:
         if _zygote is None or not _zygote.alive():
             _zygote = _Zygote()
-            atexit.register(_zygote.close)
         return _zygote
+
+
+@atexit.register
+def _stop() -> None:
+    if _zygote is not None:
+        _zygote.close()
 
 
 def _discard(zygote: _Zygote) -> None:
@@ -173,7 +177,7 @@ def run(
     where = os.path.abspath(cwd if cwd is not None else os.getcwd())
     program = _program(argv)
     zygote = _warm() if program is not None and os.path.isdir(where) else None
-    if program is None or zygote is None or _startup(environment) != _startup(zygote.env):
+    if program is None or zygote is None or _startup(environment) != zygote.startup:
         return subprocess.run(
             argv,
             input=input,
@@ -190,14 +194,15 @@ def run(
         if input is not None:
             stdin_path = os.path.join(files, "stdin")
             Path(stdin_path).write_text(input, encoding="utf-8")
-        outputs, writers = [], []
+        paths, readers, writers = [], [], []
         for name in ("stdout", "stderr"):
             path = os.path.join(files, name)
             os.mkfifo(path)
             # A reader, then a writer of ours: the child's open finds the reader,
             # and no read ends before the child has its own writer (ours closes
             # once it has exited).
-            outputs.append((path, os.open(path, os.O_RDONLY | os.O_NONBLOCK)))
+            paths.append(path)
+            readers.append(os.open(path, os.O_RDONLY | os.O_NONBLOCK))
             writers.append(os.open(path, os.O_WRONLY))
         request = {
             "kind": kind,
@@ -205,20 +210,15 @@ def run(
             "env": environment,
             "cwd": where,
             "stdin": stdin_path,
-            "stdout": outputs[0][0],
-            "stderr": outputs[1][0],
+            "stdout": paths[0],
+            "stderr": paths[1],
         }
         try:
             for attempt in range(2):
                 try:
                     with zygote.lock:
                         status, out, err = _exchange(
-                            zygote,
-                            request,
-                            argv,
-                            [reader for _, reader in outputs],
-                            writers,
-                            timeout,
+                            zygote, request, argv, readers, writers, timeout
                         )
                     break
                 except _Gone:  # killed, or out of memory, before the fork: a new one runs it
@@ -227,7 +227,7 @@ def run(
                     zygote = _warm()
         finally:
             _close(writers)
-            _close([reader for _, reader in outputs])
+            _close(readers)
     return subprocess.CompletedProcess(argv, status, out, err)
 
 
