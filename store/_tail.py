@@ -177,6 +177,23 @@ class _Pace:
         return self.settings.idle_seconds
 
 
+def _slices(wait: float, stop: Stop | None) -> Iterator[float]:
+    """The waits that make up a wait of `wait` seconds (none for 0): one, or with a
+    `stop` event, slices of at most 0.2 s until it is set, to see it soon. The
+    caller stops at a wait that was woken."""
+    if not wait:
+        return
+    if stop is None:
+        yield wait
+        return
+    deadline = time.monotonic() + wait
+    while not stop.is_set():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        yield min(left, 0.2)
+
+
 def tail(
     read: Callable[[str | None], Page[Event]],
     *,
@@ -197,15 +214,9 @@ def tail(
             wait = pace.after(page)
             if wait is None:
                 return
-            if wait:
-                if stop is None:
-                    waiter.wait(wait)
-                else:  # wait in slices, to see `stop` soon
-                    deadline = time.monotonic() + wait
-                    while not stop.is_set():
-                        left = deadline - time.monotonic()
-                        if left <= 0 or waiter.wait(min(left, 0.2)):
-                            break
+            for piece in _slices(wait, stop):
+                if waiter.wait(piece):
+                    break
     finally:
         waiter.close()
 
@@ -245,14 +256,8 @@ async def async_tail(
             seconds = pace.after(page)
             if seconds is None:
                 return
-            if seconds:
-                if stop is None:
-                    await wait(seconds)
-                else:  # wait in slices, to see `stop` soon
-                    deadline = time.monotonic() + seconds
-                    while not stop.is_set():
-                        left = deadline - time.monotonic()
-                        if left <= 0 or await wait(min(left, 0.2)):
-                            break
+            for piece in _slices(seconds, stop):
+                if await wait(piece):
+                    break
     finally:
         await close()
