@@ -35,6 +35,7 @@ channel from the nearest record on the chain that wrote its version.
 from __future__ import annotations
 
 import base64
+import copy
 import json
 import operator
 from collections.abc import Callable, Mapping, Sequence
@@ -90,8 +91,9 @@ def _pack(serde: SerializerProtocol, value: Any) -> dict[str, Any]:
 
 
 def _unpack(serde: SerializerProtocol, packed: Mapping[str, Any]) -> Any:
+    """The value `_pack` packed: a copy of its own (the records are kept between reads)."""
     if "json" in packed:
-        return packed["json"]
+        return copy.deepcopy(packed["json"])
     return _untyped(serde, *packed["serde"])
 
 
@@ -236,13 +238,18 @@ class Put:
     _rest: dict[str, Any] | None = field(default=None, repr=False)
 
     def versions(self, serde: SerializerProtocol) -> ChannelVersions:
-        return cast(ChannelVersions, self.rest(serde).get("channel_versions", {}))
+        """Its channel versions, to read and not to change."""
+        return cast(ChannelVersions, self._decoded(serde).get("channel_versions", {}))
 
     def rest(self, serde: SerializerProtocol) -> dict[str, Any]:
-        """The checkpoint without its channel values (decoded once)."""
-        if self._rest is None:
+        """The checkpoint without its channel values: a copy for the caller to keep
+        (a graph changes the checkpoints it loads)."""
+        return copy.deepcopy(self._decoded(serde))
+
+    def _decoded(self, serde: SerializerProtocol) -> dict[str, Any]:
+        if self._rest is None:  # decoded once
             self._rest = cast(dict[str, Any], _unpack(serde, self.record["checkpoint"]))
-        return dict(self._rest)
+        return self._rest
 
     def metadata(self, serde: SerializerProtocol) -> CheckpointMetadata:
         return cast(CheckpointMetadata, _unpack(serde, self.record["metadata"]))
@@ -275,6 +282,35 @@ class Thread:
     visible: set[str] = field(default_factory=set)
     writes: dict[str, list[_Write]] = field(default_factory=dict)
     namespaces: list[str] = field(default_factory=list)
+
+    def add(self, event: Event) -> None:
+        """Take in the record of a `state.changed` event that follows those read."""
+        state = event.payload["state"]
+        if "put" in state:
+            put = state["put"]
+            at = Position(event.branch_id, event.position)
+            self.puts[put["id"]] = Put(put["id"], put.get("parent"), at, event.seq, put)
+            self.visible.add(put["id"])
+        elif "writes" in state:
+            writes = state["writes"]
+            self.writes.setdefault(writes["checkpoint"], []).append(
+                _Write(writes["task"], writes.get("path", ""), writes["items"])
+            )
+        elif "namespaces" in state:
+            for namespace in state["namespaces"]:
+                if namespace not in self.namespaces:
+                    self.namespaces.append(namespace)
+        elif "hide" in state:
+            _hide(self, state["hide"])
+
+    def copy(self) -> Thread:
+        """A copy that `add` changes without changing this one (which a reader may hold)."""
+        return Thread(
+            dict(self.puts),
+            set(self.visible),
+            {k: list(v) for k, v in self.writes.items()},
+            list(self.namespaces),
+        )
 
     def latest(self) -> str | None:
         """The newest visible checkpoint: the greatest id, as LangGraph's savers pick it."""
@@ -422,24 +458,7 @@ def read_thread(changes: Sequence[Event]) -> Thread:
     """The records of a conversation's state changes (`Ledger.state_changes`), in order."""
     thread = Thread()
     for event in changes:
-        payload = event.payload
-        state = payload["state"]
-        if "put" in state:
-            put = state["put"]
-            at = Position(event.branch_id, event.position)
-            thread.puts[put["id"]] = Put(put["id"], put.get("parent"), at, event.seq, put)
-            thread.visible.add(put["id"])
-        elif "writes" in state:
-            writes = state["writes"]
-            thread.writes.setdefault(writes["checkpoint"], []).append(
-                _Write(writes["task"], writes.get("path", ""), writes["items"])
-            )
-        elif "namespaces" in state:
-            for namespace in state["namespaces"]:
-                if namespace not in thread.namespaces:
-                    thread.namespaces.append(namespace)
-        elif "hide" in state:
-            _hide(thread, state["hide"])
+        thread.add(event)
     return thread
 
 

@@ -60,9 +60,11 @@ from chatledger.adapters.langgraph._records import (
 )
 from chatledger.adapters.langgraph._translate import from_message, to_message
 from chatledger.store import (
+    Appended,
     AsyncLedger,
     ConflictError,
     ErasedError,
+    Event,
     Expected,
     InvalidInputError,
     Ledger,
@@ -77,7 +79,8 @@ T = TypeVar("T")
 List = list  # `Saver.list` is LangGraph's method: inside the class, the builtin by this name
 _PREFIX = "langgraph:"
 _RETRIES = 32
-_KEPT = 256  # messages lists remembered, for puts that follow a checkpoint this saver saw
+_KEPT = 256
+_THREADS_KEPT = 64  # conversations whose records are kept, the most recently used  # messages lists remembered, for puts that follow a checkpoint this saver saw
 _UNSEEN: Any = object()  # a checkpoint whose messages list the saver does not know
 
 
@@ -125,6 +128,16 @@ async def _adrive(ledger: AsyncLedger, program: Program[T]) -> T:
                 call = program.send(result)
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True)
+class _Kept:
+    """A conversation's records as of its `head`, and the state changes this saver
+    appended after them (taken in by the next read)."""
+
+    head: Position
+    thread: Thread
+    later: tuple[Event, ...] = ()
 
 
 class _Erased(Exception):
@@ -194,6 +207,9 @@ class Saver(BaseCheckpointSaver[str]):
         self._subject = subject
         self._ids: dict[str, str] = {}  # conversation key -> id
         self._tips: dict[str, str | None] = {}  # conversation id -> its head's tip, last seen
+        # conversation id -> its records as of a head (reads skip them while it stands)
+        self._threads: OrderedDict[str, _Kept] = OrderedDict()
+        self._keeping = threading.Lock()  # over what is kept: `_threads` and `_lists`
         self._turns = [threading.Lock() for _ in range(64)]  # a thread's writes take turns
         # (conversation id, checkpoint id) -> its messages list, as the graph holds it
         # (None: its channel holds something else)
@@ -466,7 +482,48 @@ class Saver(BaseCheckpointSaver[str]):
         return message_at
 
     def _thread(self, conversation_id: str) -> Program[Thread]:
-        return read_thread((yield from _call("state_changes", conversation_id)))
+        """The conversation's records: those kept, when its head is still where they
+        end (every append moves the head), else read anew."""
+        conversation = yield from _call("conversation", conversation_id)
+        kept = self._threads.get(conversation_id)
+        if kept is not None and kept.head == conversation.head and conversation.erased_at is None:
+            if kept.later:  # this saver's own appends since: taken in now, once
+                thread = kept.thread.copy()  # a reader may hold the one kept
+                for event in kept.later:
+                    thread.add(event)
+                kept = _Kept(kept.head, thread)
+            self._keep(conversation_id, kept)
+            return kept.thread
+        thread = read_thread((yield from _call("state_changes", conversation_id)))
+        if conversation.erased_at is None:
+            # Read after the head: an append in between is read again next time.
+            self._keep(conversation_id, _Kept(conversation.head, thread))
+        else:
+            self._threads.pop(conversation_id, None)
+        return thread
+
+    def _keep(self, conversation_id: str, kept: _Kept) -> None:
+        with self._keeping:  # a graph's threads save at once
+            self._threads[conversation_id] = kept
+            self._threads.move_to_end(conversation_id)
+            while len(self._threads) > _THREADS_KEPT:
+                self._threads.popitem(last=False)
+
+    def _learn(self, conversation_id: str, done: Appended) -> None:
+        """The records kept, with the append's own when it followed their head
+        (else forgotten: another writer's records may stand between)."""
+        kept = self._threads.get(conversation_id)
+        if kept is None:
+            return
+        first = done.events[0] if done.events else None
+        if first is None or (first.branch_id, first.position) != (
+            kept.head.branch_id,
+            kept.head.position + 1,
+        ):
+            self._threads.pop(conversation_id, None)
+            return
+        changes = tuple(e for e in done.events if e.kind == "state.changed")
+        self._keep(conversation_id, _Kept(done.head, kept.thread, kept.later + changes))
 
     def _conversation(
         self, thread_id: str, namespace: str, *, create: bool = False
@@ -488,9 +545,12 @@ class Saver(BaseCheckpointSaver[str]):
                 yield from self._record(root, {"namespaces": [namespace]})
             subject = None if self._subject is None else self._subject(thread_id)
             try:
-                found = (yield from _call("create_conversation", key=key, subject=subject)).id
+                created = yield from _call("create_conversation", key=key, subject=subject)
             except ConflictError:  # created by a concurrent first write
                 found = (yield from _call("conversation_by_key", key)).id
+            else:
+                found = created.id
+                self._keep(found, _Kept(created.head, Thread()))  # no records yet
         self._ids[key] = found
         return found
 
@@ -606,8 +666,9 @@ class Saver(BaseCheckpointSaver[str]):
         at the head when its line is there (the state's `tip`), else right after
         `after`'s record (or, for no checkpoint, after the conversation's creation),
         which opens a branch."""
+        done: Appended
         try:
-            yield from _call(
+            done = yield from _call(
                 "append_messages",
                 conversation_id,
                 messages,
@@ -619,7 +680,7 @@ class Saver(BaseCheckpointSaver[str]):
             if thread is None:
                 thread = yield from self._thread(conversation_id)
             put = None if after is None else thread.puts.get(after)
-            yield from _call(
+            done = yield from _call(
                 "append_messages",
                 conversation_id,
                 messages,
@@ -627,6 +688,7 @@ class Saver(BaseCheckpointSaver[str]):
                 after=1 if put is None else put.position,
                 run_id=run_id,
             )
+        self._learn(conversation_id, done)
         self._tips[conversation_id] = state["tip"]
 
     def _record(
@@ -645,7 +707,7 @@ class Saver(BaseCheckpointSaver[str]):
             else:
                 tip = (yield from _call("conversation", conversation_id)).state.get("tip")
             try:
-                yield from _call(
+                done = yield from _call(
                     "append_messages",
                     conversation_id,
                     [],
@@ -654,6 +716,7 @@ class Saver(BaseCheckpointSaver[str]):
                 )
             except ConflictError:  # the line ends with another checkpoint
                 continue
+            self._learn(conversation_id, done)
             self._tips[conversation_id] = tip
             return
         raise ConflictError(
@@ -677,10 +740,11 @@ class Saver(BaseCheckpointSaver[str]):
     def _remember(
         self, conversation_id: str, checkpoint_id: str, messages: Messages | None
     ) -> None:
-        self._lists[(conversation_id, checkpoint_id)] = messages
-        self._lists.move_to_end((conversation_id, checkpoint_id))
-        while len(self._lists) > _KEPT:
-            self._lists.popitem(last=False)
+        with self._keeping:
+            self._lists[(conversation_id, checkpoint_id)] = messages
+            self._lists.move_to_end((conversation_id, checkpoint_id))
+            while len(self._lists) > _KEPT:
+                self._lists.popitem(last=False)
 
     # -- deleting and copying ------------------------------------------------------------
 

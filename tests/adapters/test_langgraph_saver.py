@@ -191,15 +191,48 @@ def test_a_put_after_its_parent_reads_nothing_of_the_thread(sync_store: Store) -
     app.invoke({"messages": [HumanMessage(content="1 + 1?")]}, thread("t"))
     ledger.calls.clear()
     app.invoke({"messages": [HumanMessage(content="2 + 2?")]}, thread("t"))
-    # One read of the thread when the run starts; then each of the run's five
-    # checkpoints and four tasks' writes is an append (a write that races a
-    # checkpoint saved in the background may read the head's state, one row, to
-    # keep its line, and append again).
-    assert [c for c in ledger.calls if c not in ("append_messages", "conversation")] == [
-        "state_changes",
-        "entries",
-    ]
+    # When the run starts, the head (its records are those this saver wrote) and
+    # the messages; then each of the run's five checkpoints and four tasks' writes
+    # is an append (a write that races a checkpoint saved in the background may
+    # read the head's state, one row, to keep its line, and append again).
+    assert [c for c in ledger.calls if c not in ("append_messages", "conversation")] == ["entries"]
     assert ledger.calls.count("append_messages") >= 9
+
+
+def test_a_thread_another_saver_wrote_to_is_read_anew(sync_store: Store) -> None:
+    ledger = Calls(sync_store, tenant())
+    first, other = Saver(ledger), Saver(sync_store.tenant(ledger.tenant))  # two processes
+    graph(first).invoke({"messages": [HumanMessage(content="1 + 1?")]}, thread("t"))
+    state = graph(other).invoke({"messages": [HumanMessage(content="2 + 2?")]}, thread("t"))
+    ledger.calls.clear()
+    loaded = first.get_tuple(thread("t"))
+    assert "state_changes" in ledger.calls  # the head moved: its records are read again
+    assert loaded is not None
+    assert loaded.checkpoint == other.get_tuple(thread("t")).checkpoint  # type: ignore[union-attr]
+    assert [m.content for m in loaded.checkpoint["channel_values"]["messages"]] == [
+        m.content for m in state["messages"]
+    ]
+    ledger.calls.clear()
+    assert first.get_tuple(thread("t")) == loaded
+    assert "state_changes" not in ledger.calls  # the head stands: the records kept serve
+
+
+def test_a_loaded_checkpoint_changed_by_its_reader_leaves_the_next_load_alone(
+    sync_store: Store,
+) -> None:
+    ledger = sync_store.tenant(tenant())
+    saver = Saver(ledger)
+    graph(saver).invoke({"messages": [HumanMessage(content="1 + 1?")]}, thread("t"))
+    loaded = saver.get_tuple(thread("t"))
+    assert loaded is not None
+    fresh = Saver(ledger).get_tuple(thread("t"))
+    loaded.checkpoint["channel_versions"]["messages"] = "changed"
+    loaded.checkpoint["versions_seen"].clear()
+    loaded.metadata["step"] = -7
+    again = saver.get_tuple(thread("t"))
+    assert again is not None and fresh is not None
+    assert again.checkpoint == fresh.checkpoint
+    assert again.metadata == fresh.metadata
 
 
 # -- what LangGraph does with a thread -----------------------------------------------------
