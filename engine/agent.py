@@ -14,10 +14,9 @@ a failed run raises `RunError` carrying it.
 from __future__ import annotations
 
 import asyncio
-import functools
 import inspect
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from typing import Any, ParamSpec, TypeVar
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from chatledger.engine._run import Run
 from chatledger.engine._values import (
@@ -39,25 +38,6 @@ from chatledger.store._steps import Steps
 from chatledger.store.history import instructions_digest
 
 __all__ = ["Agent", "Hit", "Result", "RunContext", "Source"]
-
-
-P = ParamSpec("P")
-T = TypeVar("T")
-
-
-def _blocking(method: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, T]:
-    """`method`, run to its end by `asyncio.run`: its sync twin (`run` of `run_async`)."""
-
-    @functools.wraps(method)
-    def blocking(*args: P.args, **kwargs: P.kwargs) -> T:
-        return asyncio.run(method(*args, **kwargs))
-
-    blocking.__name__ = method.__name__.removesuffix("_async")
-    blocking.__qualname__ = method.__qualname__.removesuffix("_async")
-    blocking.__doc__ = (
-        f"`{method.__name__}` for scripts and jobs (not inside a running event loop)."
-    )
-    return blocking
 
 
 class Agent:
@@ -317,8 +297,89 @@ class Agent:
             self, Steps(ledger), "", None, None, new_run_id, owner, lease_seconds, resumes=run_id
         ).execute()
 
-    # The same runs for scripts and jobs (not inside a running event loop).
-    resume = _blocking(resume_async)
-    run = _blocking(run_async)
-    run_stream = _blocking(run_stream_async)
-    run_with_history = _blocking(run_with_history_async)
+    def resume(
+        self,
+        ledger: Ledger | AsyncLedger,
+        run_id: str,
+        *,
+        owner: str = "agent",
+        lease_seconds: float = 60.0,
+        new_run_id: str | None = None,
+    ) -> Result:
+        """`resume_async` for scripts and jobs (not inside a running event loop)."""
+        return asyncio.run(
+            self.resume_async(
+                ledger, run_id, owner=owner, lease_seconds=lease_seconds, new_run_id=new_run_id
+            )
+        )
+
+    def run(
+        self,
+        ledger: Ledger | AsyncLedger,
+        prompt: str,
+        conversation_id: str | None = None,
+        *,
+        history: Sequence[tuple[str, str]] | None = None,
+        run_id: str | None = None,
+        owner: str = "agent",
+        lease_seconds: float = 60.0,
+    ) -> Result:
+        """`run_async` for scripts and jobs (not inside a running event loop)."""
+        return asyncio.run(
+            self.run_async(
+                ledger,
+                prompt,
+                conversation_id,
+                history=history,
+                run_id=run_id,
+                owner=owner,
+                lease_seconds=lease_seconds,
+            )
+        )
+
+    def run_stream(
+        self,
+        ledger: Ledger | AsyncLedger,
+        prompt: str,
+        conversation_id: str | None = None,
+        *,
+        on_delta: DeltaCallback,
+        on_message: MessageCallback | None = None,
+        on_start: Callable[[RunCursor], Awaitable[None] | None] | None = None,
+        history: Sequence[tuple[str, str]] | None = None,
+        run_id: str | None = None,
+        owner: str = "agent",
+        lease_seconds: float = 60.0,
+    ) -> Result:
+        """`run_stream_async` for scripts and jobs (not inside a running event loop)."""
+        return asyncio.run(
+            self.run_stream_async(
+                ledger,
+                prompt,
+                conversation_id,
+                on_delta=on_delta,
+                on_message=on_message,
+                on_start=on_start,
+                history=history,
+                run_id=run_id,
+                owner=owner,
+                lease_seconds=lease_seconds,
+            )
+        )
+
+    def run_with_history(
+        self,
+        ledger: Ledger | AsyncLedger,
+        history: Sequence[Message],
+        prompt: str,
+        conversation_id: str | None = None,
+        *,
+        run_id: str | None = None,
+        owner: str = "agent",
+    ) -> Result:
+        """`run_with_history_async` for scripts and jobs (not inside a running event loop)."""
+        return asyncio.run(
+            self.run_with_history_async(
+                ledger, history, prompt, conversation_id, run_id=run_id, owner=owner
+            )
+        )
