@@ -23,10 +23,12 @@ from collections.abc import (
     AsyncIterator,
     Awaitable,
     Callable,
+    Iterable,
     Mapping,
 )
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar, Self, TypedDict
+from types import TracebackType
+from typing import Any, Self
 
 import httpx
 
@@ -240,7 +242,12 @@ class HttpTransport:
             self._owned = httpx.AsyncClient(timeout=self._timeout or DEFAULT_TIMEOUT)
         return self
 
-    async def __aexit__(self, *exc_info: object) -> None:
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         await self.aclose()
 
     async def aclose(self) -> None:
@@ -384,73 +391,55 @@ def retry_policy(retry: RetryPolicy | None, max_retries: int | None) -> RetryPol
     return policy if max_retries is None else replace(policy, max_retries=max_retries)
 
 
-class HttpOptions(TypedDict, total=False):
-    """The options every HTTP adapter takes, beside its model (each adapter's
-    docstring says what they default to for its provider)."""
-
-    api_key: str | None
-    base_url: str | None
-    client: httpx.AsyncClient | None
-    timeout: float | httpx.Timeout | None
-    max_retries: int | None
-    retry: RetryPolicy | None
-    settings: Mapping[str, Any] | None
-    headers: Mapping[str, str] | None
-    sleep: Sleep | None
-    rng: random.Random | None
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """Who an HTTP adapter speaks to: the provider's names, where its key and base
-    URL come from, and the body fields the adapter writes itself."""
-
-    provider: str
-    label: str
-    key_env: str
-    base_url_env: str
-    default_base_url: str
-    reserved: tuple[str, ...]
-
-
 class PooledModel:
     """What the HTTP adapters share: their configuration and, with `async with
     model:`, a pooled connection over an `HttpTransport`."""
 
-    endpoint: ClassVar[Endpoint]
     _transport: HttpTransport
 
-    def _configure(self, options: HttpOptions) -> None:
+    def _configure(
+        self,
+        *,
+        provider: str,
+        label: str,
+        key_env: str,
+        base_url_env: str,
+        default_base_url: str,
+        reserved: Iterable[str],
+        api_key: str | None,
+        base_url: str | None,
+        client: httpx.AsyncClient | None,
+        timeout: float | httpx.Timeout | None,
+        max_retries: int | None,
+        retry: RetryPolicy | None,
+        settings: Mapping[str, Any] | None,
+        headers: Mapping[str, str] | None,
+        sleep: Sleep | None,
+        rng: random.Random | None,
+    ) -> None:
         """Resolve the base URL and key (arguments, then the environment) and
         set up settings, headers and the transport."""
-        unknown = sorted(options.keys() - HttpOptions.__optional_keys__)
-        if unknown:
-            raise TypeError(
-                f"{type(self).__name__}() got an unexpected keyword argument '{unknown[0]}'; "
-                f"it takes the model's own options and {', '.join(HttpOptions.__annotations__)}."
-            )
-        end = self.endpoint
-        base = options.get("base_url") or os.environ.get(end.base_url_env) or end.default_base_url
+        base = base_url or os.environ.get(base_url_env) or default_base_url
         self.base_url = base.rstrip("/")
         self.api_key = resolve_api_key(
-            options.get("api_key"),
-            env=end.key_env,
+            api_key,
+            env=key_env,
             base_url=self.base_url,
-            default_base_url=end.default_base_url,
-            provider=end.provider,
+            default_base_url=default_base_url,
+            provider=provider,
         )
-        self.settings = dict(options.get("settings") or {})
-        merge_settings(self.settings, reserved=end.reserved, provider=end.provider)
-        self._headers = dict(options.get("headers") or {})
+        self.settings = dict(settings or {})
+        merge_settings(self.settings, reserved=reserved, provider=provider)
+        self._headers = dict(headers or {})
         self._transport = HttpTransport(
-            provider=end.provider,
-            label=end.label,
-            api_key_env=end.key_env,
-            client=options.get("client"),
-            timeout=options.get("timeout"),
-            retry=retry_policy(options.get("retry"), options.get("max_retries")),
-            sleep=options.get("sleep"),
-            rng=options.get("rng"),
+            provider=provider,
+            label=label,
+            api_key_env=key_env,
+            client=client,
+            timeout=timeout,
+            retry=retry_policy(retry, max_retries),
+            sleep=sleep,
+            rng=rng,
         )
 
     async def aclose(self) -> None:
@@ -461,7 +450,12 @@ class PooledModel:
         await self._transport.__aenter__()
         return self
 
-    async def __aexit__(self, *exc_info: object) -> None:
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         await self.aclose()
 
 

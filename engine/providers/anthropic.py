@@ -9,8 +9,11 @@ Requests go to `POST {base_url}/v1/messages` with `anthropic-version: 2023-06-01
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Any, Unpack
+import random
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import httpx
 
 from chatledger import __version__
 from chatledger.engine.providers import _anthropic_wire as wire
@@ -21,9 +24,9 @@ from chatledger.engine.providers._base import (
     PreparedRequest,
 )
 from chatledger.engine.providers._http import (
-    Endpoint,
-    HttpOptions,
     PooledModel,
+    RetryPolicy,
+    Sleep,
     SSEEvent,
     load_json,
     malformed_event,
@@ -60,21 +63,42 @@ class AnthropicModel(PooledModel):
     each request opens and closes its own connection.
     """
 
-    endpoint = Endpoint(
-        provider=wire.PROVIDER,
-        label=wire.LABEL,
-        key_env="ANTHROPIC_API_KEY",
-        base_url_env="ANTHROPIC_BASE_URL",
-        default_base_url=DEFAULT_BASE_URL,
-        reserved=_RESERVED,
-    )
-
     def __init__(
-        self, model: str, *, max_tokens: int = 4096, **options: Unpack[HttpOptions]
+        self,
+        model: str,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        client: httpx.AsyncClient | None = None,
+        max_tokens: int = 4096,
+        timeout: float | httpx.Timeout | None = None,
+        max_retries: int | None = None,
+        retry: RetryPolicy | None = None,
+        settings: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+        sleep: Sleep | None = None,
+        rng: random.Random | None = None,
     ) -> None:
         self.model = model
         self.max_tokens = max_tokens
-        self._configure(options)
+        self._configure(
+            provider=wire.PROVIDER,
+            label=wire.LABEL,
+            key_env="ANTHROPIC_API_KEY",
+            base_url_env="ANTHROPIC_BASE_URL",
+            default_base_url=DEFAULT_BASE_URL,
+            reserved=_RESERVED,
+            api_key=api_key,
+            base_url=base_url,
+            client=client,
+            timeout=timeout,
+            max_retries=max_retries,
+            retry=retry,
+            settings=settings,
+            headers=headers,
+            sleep=sleep,
+            rng=rng,
+        )
 
     @property
     def name(self) -> str:

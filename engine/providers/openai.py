@@ -11,8 +11,11 @@ vLLM, llama.cpp server, Ollama, LiteLLM.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Any, Unpack
+import random
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import httpx
 
 from chatledger import __version__
 from chatledger.engine.providers import _openai_wire as wire
@@ -23,9 +26,9 @@ from chatledger.engine.providers._base import (
     PreparedRequest,
 )
 from chatledger.engine.providers._http import (
-    Endpoint,
-    HttpOptions,
     PooledModel,
+    RetryPolicy,
+    Sleep,
     SSEEvent,
     load_json,
     malformed_event,
@@ -61,21 +64,42 @@ class OpenAIChatModel(PooledModel):
     each request opens and closes its own connection.
     """
 
-    endpoint = Endpoint(
-        provider=wire.PROVIDER,
-        label=wire.LABEL,
-        key_env="OPENAI_API_KEY",
-        base_url_env="OPENAI_BASE_URL",
-        default_base_url=DEFAULT_BASE_URL,
-        reserved=_RESERVED,
-    )
-
     def __init__(
-        self, model: str, *, stream_usage: bool = True, **options: Unpack[HttpOptions]
+        self,
+        model: str,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        client: httpx.AsyncClient | None = None,
+        timeout: float | httpx.Timeout | None = None,
+        max_retries: int | None = None,
+        retry: RetryPolicy | None = None,
+        settings: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+        stream_usage: bool = True,
+        sleep: Sleep | None = None,
+        rng: random.Random | None = None,
     ) -> None:
         self.model = model
         self.stream_usage = stream_usage
-        self._configure(options)
+        self._configure(
+            provider=wire.PROVIDER,
+            label=wire.LABEL,
+            key_env="OPENAI_API_KEY",
+            base_url_env="OPENAI_BASE_URL",
+            default_base_url=DEFAULT_BASE_URL,
+            reserved=_RESERVED,
+            api_key=api_key,
+            base_url=base_url,
+            client=client,
+            timeout=timeout,
+            max_retries=max_retries,
+            retry=retry,
+            settings=settings,
+            headers=headers,
+            sleep=sleep,
+            rng=rng,
+        )
 
     @property
     def name(self) -> str:

@@ -9,7 +9,6 @@ import httpx
 import pytest
 
 from chatledger.engine.providers import (
-    AnthropicModel,
     Delta,
     ModelConfigError,
     ModelHTTPError,
@@ -290,12 +289,6 @@ def test_a_missing_api_key_names_the_variable(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     with pytest.raises(ModelConfigError, match="OPENAI_API_KEY"):
         OpenAIChatModel("gpt-4o")
-
-
-@pytest.mark.parametrize("cls", [OpenAIChatModel, AnthropicModel])
-def test_an_unknown_option_is_refused_by_name(cls: type[OpenAIChatModel | AnthropicModel]) -> None:
-    with pytest.raises(TypeError, match=r"unexpected keyword argument 'api_ky'.*api_key"):
-        cls("m", api_key="k", api_ky="k")  # type: ignore[call-arg]
 
 
 async def test_a_local_server_needs_no_key_and_a_401_is_not_retried(
