@@ -282,9 +282,12 @@ class Thread:
     visible: set[str] = field(default_factory=set)
     writes: dict[str, list[_Write]] = field(default_factory=dict)
     namespaces: list[str] = field(default_factory=list)
+    seq: int = 0
+    """The greatest `seq` of the events taken in."""
 
     def add(self, event: Event) -> None:
         """Take in the record of a `state.changed` event that follows those read."""
+        self.seq = max(self.seq, event.seq)
         state = event.payload["state"]
         if "put" in state:
             put = state["put"]
@@ -310,6 +313,7 @@ class Thread:
             set(self.visible),
             {k: list(v) for k, v in self.writes.items()},
             list(self.namespaces),
+            self.seq,
         )
 
     def latest(self) -> str | None:

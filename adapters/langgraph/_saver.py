@@ -79,8 +79,8 @@ T = TypeVar("T")
 List = list  # `Saver.list` is LangGraph's method: inside the class, the builtin by this name
 _PREFIX = "langgraph:"
 _RETRIES = 32
-_KEPT = 256
-_THREADS_KEPT = 64  # conversations whose records are kept, the most recently used  # messages lists remembered, for puts that follow a checkpoint this saver saw
+_KEPT = 256  # messages lists remembered, for puts that follow a checkpoint this saver saw
+_THREADS_KEPT = 64  # conversations whose records are kept, the most recently used
 _UNSEEN: Any = object()  # a checkpoint whose messages list the saver does not know
 
 
@@ -490,12 +490,15 @@ class Saver(BaseCheckpointSaver[str]):
             if kept.later:  # this saver's own appends since: taken in now, once
                 thread = kept.thread.copy()  # a reader may hold the one kept
                 for event in kept.later:
-                    thread.add(event)
+                    if event.seq > thread.seq:  # not read with the records already
+                        thread.add(event)
                 kept = _Kept(kept.head, thread)
             self._keep(conversation_id, kept)
             return kept.thread
         thread = read_thread((yield from _call("state_changes", conversation_id)))
-        if conversation.erased_at is None:
+        # A fork's records are kept neither: the records it continues from its source
+        # are erased with the source's subject, which moves no head of the fork's.
+        if conversation.erased_at is None and conversation.forked_from is None:
             # Read after the head: an append in between is read again next time.
             self._keep(conversation_id, _Kept(conversation.head, thread))
         else:
@@ -666,9 +669,8 @@ class Saver(BaseCheckpointSaver[str]):
         at the head when its line is there (the state's `tip`), else right after
         `after`'s record (or, for no checkpoint, after the conversation's creation),
         which opens a branch."""
-        done: Appended
         try:
-            done = yield from _call(
+            done: Appended = yield from _call(
                 "append_messages",
                 conversation_id,
                 messages,
@@ -680,7 +682,7 @@ class Saver(BaseCheckpointSaver[str]):
             if thread is None:
                 thread = yield from self._thread(conversation_id)
             put = None if after is None else thread.puts.get(after)
-            done = yield from _call(
+            yield from _call(
                 "append_messages",
                 conversation_id,
                 messages,
@@ -688,7 +690,11 @@ class Saver(BaseCheckpointSaver[str]):
                 after=1 if put is None else put.position,
                 run_id=run_id,
             )
-        self._learn(conversation_id, done)
+            # Written after a position, not at the head: what stood at the head since
+            # the records kept is unknown (another writer's), so they are read again.
+            self._threads.pop(conversation_id, None)
+        else:
+            self._learn(conversation_id, done)
         self._tips[conversation_id] = state["tip"]
 
     def _record(

@@ -22,6 +22,7 @@ from langgraph.checkpoint.base import (
     CheckpointMetadata,
     empty_checkpoint,
 )
+from langgraph.checkpoint.base.id import uuid6
 from langgraph.checkpoint.conformance import checkpointer_test, validate
 from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
 from langgraph.graph import END, START, MessagesState, StateGraph
@@ -217,6 +218,37 @@ def test_a_thread_another_saver_wrote_to_is_read_anew(sync_store: Store) -> None
     assert "state_changes" not in ledger.calls  # the head stands: the records kept serve
 
 
+class Raced(Ledger):
+    """A ledger whose next append first lets `race` write (another process, in between)."""
+
+    race: Any = None
+
+    def append_messages(self, *args: Any, **kwargs: Any) -> Any:
+        race, self.race = self.race, None
+        if race is not None:
+            race()
+        return super().append_messages(*args, **kwargs)
+
+
+def test_a_put_raced_by_another_savers_deletion_reads_the_thread_anew(sync_store: Store) -> None:
+    ledger = Raced(sync_store, tenant())
+    graph(Saver(ledger)).invoke({"messages": [HumanMessage(content="1 + 1?")]}, thread("t"))
+    first = Saver(ledger)
+    loaded = first.get_tuple(thread("t"))  # the records kept, as of the head
+    assert loaded is not None
+    first._lists.clear()  # a parent it has not seen: the put reads (keeps) the thread
+    # Between that read and the put's append, another process deletes the thread;
+    # the put then goes after its parent's record, the end of the branch the kept
+    # head stood on.
+    ledger.race = lambda: Saver(sync_store.tenant(ledger.tenant)).delete_thread("t")
+    after = {**copy.deepcopy(loaded.checkpoint), "id": str(uuid6(clock_seq=-2))}
+    versions = {"messages": after["channel_versions"]["messages"]}
+    first.put(loaded.config, after, {"source": "update", "step": 9, "parents": {}}, versions)
+    seen = [t.checkpoint["id"] for t in first.list(thread("t"))]
+    assert seen == [t.checkpoint["id"] for t in Saver(ledger).list(thread("t"))]
+    assert loaded.checkpoint["id"] not in seen
+
+
 def test_a_loaded_checkpoint_changed_by_its_reader_leaves_the_next_load_alone(
     sync_store: Store,
 ) -> None:
@@ -350,6 +382,26 @@ def test_a_sealed_threads_records_are_sealed_and_erased_with_it(database_url: st
         assert Saver(ledger).get_tuple(config) is None
         assert [e.payload["state"] for e in ledger.state_changes(conv.id)] == [{"erased": True}] * 2
         assert ledger.verify(conv.id).ok
+
+
+def test_a_copied_threads_checkpoints_go_with_its_sources_erasure(database_url: str) -> None:
+    # The copy continues its source's records, sealed under the source's subject:
+    # erasing that subject moves no head of the copy's, and the copy's checkpoint,
+    # read before, is not served from memory after.
+    secret = f"SECRET-{uuid.uuid4().hex}"
+    with Store.open(database_url, kek=KEK) as store:
+        ledger = store.tenant(tenant())
+        saver = Saver(ledger, subject=lambda thread_id: f"user-of-{thread_id}")
+        checkpoint = empty_checkpoint()
+        checkpoint["channel_values"] = {"notes": {"address": secret}}
+        checkpoint["channel_versions"] = {"notes": "1"}
+        saver.put(thread("t"), checkpoint, {"source": "input", "step": -1}, {"notes": "1"})
+        saver.copy_thread("t", "copy")
+        got = saver.get_tuple(thread("copy"))
+        assert got is not None and got.checkpoint["channel_values"]["notes"] == {"address": secret}
+        ledger.erase("user-of-t", reason="the user asked")
+        assert saver.get_tuple(thread("copy")) == Saver(ledger).get_tuple(thread("copy"))
+        assert saver.get_tuple(thread("copy")) is None
 
 
 def test_a_thread_lists_every_namespace_unless_one_is_named(sync_store: Store) -> None:
