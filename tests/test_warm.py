@@ -118,6 +118,8 @@ def test_a_program_past_its_timeout_is_killed(tmp_path: Path) -> None:
 
 
 def test_a_warm_process_that_died_is_started_again() -> None:
-    os.killpg(warm._warm()._process.pid, signal.SIGKILL)
+    dead = warm._warm()._process
+    os.killpg(dead.pid, signal.SIGKILL)
+    dead.wait()  # dead before the call: it is replaced, not found dead mid-exchange
     done = warm.run([sys.executable, "-c", "print(2)"], capture_output=True, text=True)
     assert (done.returncode, done.stdout) == (0, "2\n")

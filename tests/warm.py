@@ -110,6 +110,8 @@ def _warm() -> _Zygote:
     global _zygote
     with _started:
         if _zygote is None or not _zygote.alive():
+            if _zygote is not None:  # died between calls: its pipes and log closed too
+                _zygote.close()
             _zygote = _Zygote()
         return _zygote
 
