@@ -496,7 +496,7 @@ class Saver(BaseCheckpointSaver[str]):
             self._keep(conversation_id, kept)
             return kept.thread
         thread = read_thread((yield from _call("state_changes", conversation_id)))
-        # A fork's records are kept neither: the records it continues from its source
+        # Nor are a fork's records kept: those it continues from its source
         # are erased with the source's subject, which moves no head of the fork's.
         if conversation.erased_at is None and conversation.forked_from is None:
             # Read after the head: an append in between is read again next time.

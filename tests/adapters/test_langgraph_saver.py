@@ -347,6 +347,14 @@ async def test_erasing_the_threads_subject_erases_its_checkpoints(database_url: 
         assert "SECRET" not in shown and ERASED_CONTENT in shown
 
 
+def first_checkpoint(values: dict[str, Any]) -> Checkpoint:
+    """A thread's first checkpoint, holding `values` (each channel at version "1")."""
+    checkpoint = empty_checkpoint()
+    checkpoint["channel_values"] = values
+    checkpoint["channel_versions"] = dict.fromkeys(values, "1")
+    return checkpoint
+
+
 def test_a_sealed_threads_records_are_sealed_and_erased_with_it(database_url: str) -> None:
     # What a thread keeps besides its messages (other channels, pending writes such as
     # an interrupt's value, metadata) is its conversation's state: sealed with it.
@@ -354,17 +362,14 @@ def test_a_sealed_threads_records_are_sealed_and_erased_with_it(database_url: st
     with Store.open(database_url, kek=KEK) as store:
         ledger = store.tenant(tenant())
         saver = Saver(ledger, subject=lambda thread_id: f"user-of-{thread_id}")
-        checkpoint = empty_checkpoint()
-        checkpoint["channel_values"] = {
-            "messages": [HumanMessage(content="hi", id="h1")],
-            "notes": {"address": secret},
-        }
-        checkpoint["channel_versions"] = {"messages": "1", "notes": "1"}
+        checkpoint = first_checkpoint(
+            {"messages": [HumanMessage(content="hi", id="h1")], "notes": {"address": secret}}
+        )
         config = saver.put(
             {"configurable": {"thread_id": "t", "checkpoint_ns": ""}},
             checkpoint,
             {"source": "input", "step": -1, "note": secret},  # type: ignore[typeddict-unknown-key]
-            {"messages": "1", "notes": "1"},
+            checkpoint["channel_versions"],
         )
         saver.put_writes(config, [("notes", secret), ("__interrupt__", secret)], task_id="task-1")
         got = saver.get_tuple(config)
@@ -392,10 +397,10 @@ def test_a_copied_threads_checkpoints_go_with_its_sources_erasure(database_url: 
     with Store.open(database_url, kek=KEK) as store:
         ledger = store.tenant(tenant())
         saver = Saver(ledger, subject=lambda thread_id: f"user-of-{thread_id}")
-        checkpoint = empty_checkpoint()
-        checkpoint["channel_values"] = {"notes": {"address": secret}}
-        checkpoint["channel_versions"] = {"notes": "1"}
-        saver.put(thread("t"), checkpoint, {"source": "input", "step": -1}, {"notes": "1"})
+        checkpoint = first_checkpoint({"notes": {"address": secret}})
+        saver.put(
+            thread("t"), checkpoint, {"source": "input", "step": -1}, checkpoint["channel_versions"]
+        )
         saver.copy_thread("t", "copy")
         got = saver.get_tuple(thread("copy"))
         assert got is not None and got.checkpoint["channel_values"]["notes"] == {"address": secret}
