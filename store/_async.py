@@ -53,7 +53,14 @@ from chatledger.store._faces import (
     AsyncStoreFace,
 )
 from chatledger.store._ops import Operations, StoreOperations
-from chatledger.store._sealing import Program, adrive, needs_opening, opening, preparing
+from chatledger.store._sealing import (
+    Program,
+    adrive,
+    lost_new_key,
+    needs_opening,
+    opening,
+    preparing,
+)
 from chatledger.store._sql.dialect import WRITE, is_sqlite
 from chatledger.store._sql.ops import AsyncExecutor, Op, in_transaction, run_fast
 from chatledger.store._sql.pages import Page
@@ -247,16 +254,20 @@ class AsyncStore(AsyncStoreFace):
         seal = None
         sealer = self._sealer
         sealing = op.sealing  # the op it builds has none of its own
-        if sealing is not None and sealer is not None:
-            op, seal = await self._drive(
-                preparing(sealer, sealing, remember=connection is None), connection
-            )
-        try:
-            done = await self._execute(op, connection)
-        except (ErasedError, ConflictError, EncryptionError):
+        for again in (False, True):
             if sealing is not None and sealer is not None:
-                sealer.forget(sealing.tenant, sealing.conversation_id)
-            raise
+                op, seal = await self._drive(
+                    preparing(sealer, sealing, remember=connection is None), connection
+                )
+            try:
+                done = await self._execute(op, connection)
+            except (ErasedError, ConflictError, EncryptionError) as error:
+                if sealing is not None and sealer is not None:
+                    sealer.forget(sealing.tenant, sealing.conversation_id)
+                if again or not lost_new_key(error, seal, connection):
+                    raise
+            else:
+                break
         if not needs_opening(sealer, op, done):
             return done
         return await self._drive(opening(sealer, done, seal, op.tenant), connection)

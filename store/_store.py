@@ -38,7 +38,7 @@ from chatledger.store._db.tail import (
 from chatledger.store._errors import ConflictError, EncryptionError, ErasedError
 from chatledger.store._faces import AuditFace, LedgerFace, RetentionFace, RunsFace, StoreFace
 from chatledger.store._ops import Operations, StoreOperations
-from chatledger.store._sealing import drive, needs_opening, opening, preparing
+from chatledger.store._sealing import drive, lost_new_key, needs_opening, opening, preparing
 from chatledger.store._sql.dialect import is_sqlite
 from chatledger.store._sql.ops import Executor, Op
 from chatledger.store._sql.pages import Page
@@ -192,7 +192,6 @@ class Store(StoreFace):
         """A handle whose every operation is scoped to `tenant`."""
         return Ledger(self, tenant)
 
-
     def execute(self, op: Op[T], connection: Connection | None = None) -> T:
         """Run one operation in its own transaction.
 
@@ -210,14 +209,18 @@ class Store(StoreFace):
         seal = None
         sealer = self._sealer
         sealing = op.sealing  # the op it builds has none of its own
-        if sealing is not None and sealer is not None:
-            op, seal = drive(preparing(sealer, sealing, remember=connection is None), run)
-        try:
-            done = self._execute(op, connection)
-        except (ErasedError, ConflictError, EncryptionError):
+        for again in (False, True):
             if sealing is not None and sealer is not None:
-                sealer.forget(sealing.tenant, sealing.conversation_id)
-            raise
+                op, seal = drive(preparing(sealer, sealing, remember=connection is None), run)
+            try:
+                done = self._execute(op, connection)
+            except (ErasedError, ConflictError, EncryptionError) as error:
+                if sealing is not None and sealer is not None:
+                    sealer.forget(sealing.tenant, sealing.conversation_id)
+                if again or not lost_new_key(error, seal, connection):
+                    raise
+            else:
+                break
         if not needs_opening(sealer, op, done):
             return done
         return drive(opening(sealer, done, seal, op.tenant), run)

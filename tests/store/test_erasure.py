@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import threading
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import sqlalchemy as sa
@@ -710,6 +712,34 @@ def test_a_creation_prepared_under_a_key_that_is_then_erased_writes_nothing(
     again = sealed.create_conversation({"m": "readable"}, subject="racer")
     assert sealed.conversation(again.id).metadata == {"m": "readable"}
     assert sealed.conversation(first.id).erased_at is not None
+
+
+class _MintingTogether(LocalKek):
+    """A key-encryption key whose first two wraps return together: two writers that
+    each found no key for a subject both mint one before either writes it."""
+
+    def __init__(self) -> None:
+        super().__init__(KEK)
+        self.together = threading.Barrier(2, timeout=30)
+
+    def wrap(self, data_key: bytes) -> bytes:
+        self.together.wait()
+        return super().wrap(data_key)
+
+
+def test_a_subjects_first_conversations_created_at_once_share_its_key(database_url: str) -> None:
+    # The second to write its minted key finds the first's: its creation, which wrote
+    # nothing, is tried again under that key, rather than refused.
+    with Store.open(database_url, kek=_MintingTogether()) as store:
+        sealed = store.tenant(f"tenant-{uuid.uuid4().hex[:8]}")
+        with ThreadPoolExecutor(2) as pool:
+            made = [pool.submit(sealed.create_conversation, subject="pair") for _ in range(2)]
+            convs = [m.result(timeout=60) for m in made]
+        for conv in convs:
+            sealed.append_messages(conv.id, [Message(role="user", content="SECRET")])
+        sealed.erase("pair", reason="both at once")
+        assert all(sealed.conversation(c.id).erased_at is not None for c in convs)
+        assert all(sealed.history(c.id)[0].content == ERASED_CONTENT for c in convs)
 
 
 def test_a_store_without_the_key_cannot_fork_a_sealed_conversation(

@@ -169,7 +169,9 @@ async def test_a_seal_read_in_a_rolled_back_transaction_is_not_kept_by_the_async
         ops = Operations(tenant, sealed_store.message_cache, sealed_store._sealer)
         async with sealed_store.engine.connect() as caller:
             await caller.begin()
-            await sealed_store.execute(ops.create_conversation(conversation_id=cid, subject="gone"), caller)
+            await sealed_store.execute(
+                ops.create_conversation(conversation_id=cid, subject="gone"), caller
+            )
             turn = next(ops.append_messages(cid, [Message(role="user", content="inside")]))
             await sealed_store.execute(turn, caller)
             await caller.rollback()
@@ -179,3 +181,17 @@ async def test_a_seal_read_in_a_rolled_back_transaction_is_not_kept_by_the_async
         acknowledged = [Message(role="user", content="acknowledged")]
         await ledger.append_messages(cid, acknowledged)
         assert await ledger.history(cid) == acknowledged
+
+
+async def test_a_subjects_first_conversations_created_at_once_share_its_key(
+    database_url: str,
+) -> None:
+    from tests.store.test_erasure import _MintingTogether
+
+    async with AsyncStore.open(database_url, kek=_MintingTogether()) as store:
+        ledger = store.tenant(f"tenant-{uuid.uuid4().hex[:8]}")
+        made = [ledger.create_conversation(subject="pair") for _ in range(2)]
+        convs = await asyncio.wait_for(asyncio.gather(*made), timeout=60)
+        await ledger.erase("pair", reason="both at once")
+        for conv in convs:
+            assert (await ledger.conversation(conv.id)).erased_at is not None
