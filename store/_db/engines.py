@@ -11,6 +11,9 @@ SQLITE_BUSY, ignoring `busy_timeout`. To issue our own BEGIN, the driver's
 implicit transaction handling is switched off (`isolation_level = None`) and
 SQLAlchemy's "begin" event emits BEGIN itself: `BEGIN IMMEDIATE` on
 connections marked for writing (`WRITE`), a plain (deferred) `BEGIN` for reads.
+A process's writers take turns on a lock first (`sqlite_writer`): SQLite's
+busy handler, which otherwise makes a writer wait for another, sleeps it for 1
+to 100 ms at a time, long after the other has committed.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ import select
 import sys
 import threading
 import time
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any, Literal, TypeVar
 
@@ -47,6 +51,7 @@ __all__ = [
     "install_sqlite_hooks",
     "normalize_url",
     "opening_error",
+    "sqlite_writer",
     "sync_driver_url",
 ]
 
@@ -181,11 +186,44 @@ def _replace_if_cut_off(dbapi_connection: Any, _record: Any, _proxy: Any) -> Non
         raise sa_exc.DisconnectionError("The server closed the connection while it was idle.")
 
 
+# A SQLite engine's lock for its writers, and how long one waits on it.
+_WRITERS: weakref.WeakKeyDictionary[Engine, tuple[threading.RLock, float]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+@contextlib.contextmanager
+def sqlite_writer(engine: Engine) -> Iterator[None]:
+    """A write transaction's turn among the writers of `engine` in this process.
+
+    Each waits on a lock, woken as the one before it ends, where SQLite's busy
+    handler would sleep it 1 to 100 ms at a time. One that has waited out the
+    busy timeout goes on to SQLite's handler (which then waits no longer, or
+    reports the database busy, as without the lock); writers in other processes
+    meet only that handler. Nothing on an engine without `install_sqlite_hooks`.
+    """
+    found = _WRITERS.get(engine)
+    if found is None:
+        yield
+        return
+    lock, timeout = found
+    turn = lock.acquire(timeout=timeout)
+    try:
+        yield
+    finally:
+        if turn:
+            lock.release()
+
+
 def install_sqlite_hooks(
     engine: Engine, *, durability: Durability = "full", busy_timeout: float = 30.0
 ) -> None:
-    """Pragmas and BEGIN handling on every connection of a SQLite `engine`."""
+    """Pragmas and BEGIN handling on every connection of a SQLite `engine`, and the
+    lock its writers take turns on (`sqlite_writer`)."""
     synchronous = "FULL" if durability == "full" else "NORMAL"
+    # Reentrant: a writer that opens a second write transaction in its thread
+    # meets SQLite's busy handler, as it would without the lock.
+    _WRITERS[engine] = (threading.RLock(), busy_timeout)
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection: Any, _record: Any) -> None:
@@ -287,13 +325,14 @@ class DriverConnections:
                     if not self._sqlite:
                         done = fn(cursor)  # one statement, atomic by itself
                     else:
-                        cursor.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-                        try:
-                            done = fn(cursor)
-                            cursor.execute("ROLLBACK" if done is None else "COMMIT")
-                        except BaseException:
-                            dbapi.rollback()
-                            raise
+                        with sqlite_writer(self._engine) if write else contextlib.nullcontext():
+                            cursor.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+                            try:
+                                done = fn(cursor)
+                                cursor.execute("ROLLBACK" if done is None else "COMMIT")
+                            except BaseException:
+                                dbapi.rollback()
+                                raise
                 finally:
                     cursor.close()
                 healthy = True

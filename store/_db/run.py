@@ -10,6 +10,7 @@ from typing import TypeVar
 
 from sqlalchemy.engine import Engine
 
+from chatledger.store._db.engines import sqlite_writer
 from chatledger.store._sql.dialect import WRITE, is_sqlite
 from chatledger.store._sql.ops import Op, in_transaction, run_fast
 
@@ -27,7 +28,9 @@ def general(engine: Engine, op: Op[T], /, *, fast: bool, tried: bool) -> T:
             done = run_fast(conn, op.postgres)
             if done is not None:
                 return done
-        if op.write:
-            conn.execution_options(**{WRITE: True})
-        with conn.begin():
+        if not op.write:
+            with conn.begin():
+                return in_transaction(conn, op, fast=fast and not tried)
+        conn.execution_options(**{WRITE: True})
+        with sqlite_writer(engine), conn.begin():  # a turn among writers, on SQLite
             return in_transaction(conn, op, fast=fast and not tried)
