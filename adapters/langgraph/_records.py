@@ -1,11 +1,12 @@
 """What a LangGraph thread's chatledger log holds, and the checkpoints rebuilt from it:
 pure, no I/O.
 
-Each `(thread_id, checkpoint_ns)` is one chatledger conversation. Its log holds
-the messages of its `messages` channel, each once, and a record per checkpoint,
-per `put_writes` call and per administrative act, each a conversation state
-(`state.changed`) whose field `tip` names the checkpoint the line of the log
-ends with at that point:
+Each `(thread_id, checkpoint_ns)` is one chatledger conversation, and its
+pending writes another. Its log holds the messages of its `messages` channel,
+each once, and a record per checkpoint and per administrative act, each a
+conversation state (`state.changed`) whose field `tip` names the checkpoint
+the line of the log ends with at that point; the writes conversation holds a
+record per `put_writes` call:
 
 - `{"tip": id, "put": {...}}`: a checkpoint: its `id` and `parent`, the
   checkpoint without its channel values (`checkpoint`) and its `metadata`, each
@@ -17,14 +18,16 @@ ends with at that point:
   `messages`: `{"channel", "version", "removed": [ids], "added": n}`, the ids it
   drops from its parent's list and the number of messages it appends, which are
   the `n` chatledger messages right before the record on its branch.
-- `{"tip": id, "writes": {"checkpoint", "task", "path", "items": [[idx, channel,
-  type, base64], ...]}}`: one `put_writes` call.
+- `{"writes": {"checkpoint", "task", "path", "items": [[idx, channel, type,
+  base64], ...]}}`: one `put_writes` call, in the thread's writes conversation
+  (a thread written before that had one kept them here, with the `tip`).
 - `{"tip": ..., "namespaces": [...]}`: in the thread's root namespace, the other
   namespaces it has (each its own conversation).
 - `{"tip": ..., "hide": {...}}`: `{"all": true}` (a deleted thread; written after
   the conversation's creation, so the head's history is empty), `{"ids": [...]}`
   (deleted runs) or `{"except": id}` (pruned): the checkpoints recorded before it
-  that no read shows any more, with their writes.
+  that no read shows any more, with their writes (`all`, in the writes
+  conversation: every write before it).
 
 `Thread` reads these back: which checkpoints are visible, their chain of
 parents, their pending writes, and each checkpoint's channel values rebuilt:
@@ -331,12 +334,18 @@ class Thread:
             at = self.puts.get(at.parent) if at.parent is not None else None
         return chain
 
-    def pending_writes(self, checkpoint_id: str, serde: SerializerProtocol) -> list[PendingWrite]:
-        """The writes recorded against the checkpoint, in `writes_sort_key` order: the
-        first of each `(task, index)` for ordinary channels, the last for the special
-        ones (an error, an interrupt, a resume), as LangGraph's savers keep them."""
+    def pending_writes(
+        self, checkpoint_id: str, serde: SerializerProtocol, more: Thread | None = None
+    ) -> list[PendingWrite]:
+        """The writes recorded against the checkpoint (here, then in `more`: the
+        thread's writes conversation), in `writes_sort_key` order: the first of each
+        `(task, index)` for ordinary channels, the last for the special ones (an
+        error, an interrupt, a resume), as LangGraph's savers keep them."""
         kept: dict[tuple[str, int], tuple[str, str, int, list[Any]]] = {}
-        for write in self.writes.get(checkpoint_id, []):
+        recorded = self.writes.get(checkpoint_id, [])
+        if more is not None:
+            recorded = recorded + more.writes.get(checkpoint_id, [])
+        for write in recorded:
             for idx, channel, kind, data in write.items:
                 key = (write.task, idx)
                 if idx >= 0 and key in kept:
@@ -469,6 +478,7 @@ def read_thread(changes: Sequence[Event]) -> Thread:
 def _hide(thread: Thread, hide: Mapping[str, Any]) -> None:
     if hide.get("all"):
         hidden = set(thread.visible)
+        thread.writes.clear()  # those of checkpoints hidden before, or kept elsewhere, too
     elif "except" in hide:
         hidden = thread.visible - {hide["except"]}
     else:

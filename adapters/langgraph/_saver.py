@@ -3,23 +3,25 @@
 - Each `(thread_id, checkpoint_ns)` is the chatledger conversation whose key is
   `langgraph:["<thread_id>","<checkpoint_ns>"]`, created by its first write.
   Its log holds the messages of the `messages` channel, each once, projected
-  into chatledger messages (`_translate`), and one record per checkpoint and per
-  `put_writes` call (`_records`), each a conversation state change.
+  into chatledger messages (`_translate`), and one record per checkpoint
+  (`_records`), each a conversation state change.
 - A `put` is one `append_messages`: the messages the checkpoint adds, then its
   record, by compare-and-set on the state's `tip` (the checkpoint the head's line
   ends with) when its parent is there; otherwise after its parent's record, which
   opens a branch (time travel, `update_state` from an old checkpoint). So every
   checkpoint's history is its parent's plus what it added. A `put` reads nothing
   when the saver knows the parent's messages (it put or loaded that checkpoint).
-- A `put_writes` is a record at the head naming its checkpoint, keeping the
-  head's `tip`: LangGraph saves writes in the background, before or after the
-  checkpoint that follows them.
-- Reads (`get_tuple`, `list`) read the conversation's state changes and the
+- A `put_writes` is a record naming its checkpoint, in the conversation keyed
+  `langgraph-writes:["<thread_id>","<checkpoint_ns>"]`: LangGraph saves a step's
+  writes in the background while it puts the next checkpoint, which so waits
+  for no write. (A thread written before keeps its earlier writes as records of
+  its own conversation; reads take both.)
+- Reads (`get_tuple`, `list`) read the two conversations' state changes and the
   messages of the checkpoint's history, and rebuild each checkpoint from them.
 - `delete_thread`, `delete_for_runs` and `prune` hide checkpoints (the log is
-  append-only); `copy_thread` forks each namespace's conversation, sharing the
-  log. Erasing the thread's subject (`Ledger.erase`) erases its messages, and
-  the thread reads as absent.
+  append-only; `delete_thread` their writes too); `copy_thread` forks each
+  namespace's two conversations, sharing the log. Erasing the thread's subject
+  (`Ledger.erase`) erases its messages, and the thread reads as absent.
 
 One program per operation, written once: a generator that yields the ledger
 calls it makes, driven by `_drive` for a `Ledger` and `_adrive` for an
@@ -78,6 +80,7 @@ __all__ = ["Saver"]
 T = TypeVar("T")
 List = list  # `Saver.list` is LangGraph's method: inside the class, the builtin by this name
 _PREFIX = "langgraph:"
+_WRITES = "langgraph-writes:"  # a thread's pending writes: a conversation beside its own
 _RETRIES = 32
 _KEPT = 256  # messages lists remembered, for puts that follow a checkpoint this saver saw
 _THREADS_KEPT = 64  # conversations whose records are kept, the most recently used
@@ -144,8 +147,8 @@ class _Erased(Exception):
     """A thread whose messages read as erased markers: its subject was erased."""
 
 
-def _key(thread_id: str, namespace: str) -> str:
-    return _PREFIX + json.dumps([thread_id, namespace], ensure_ascii=False, separators=(",", ":"))
+def _key(thread_id: str, namespace: str, prefix: str = _PREFIX) -> str:
+    return prefix + json.dumps([thread_id, namespace], ensure_ascii=False, separators=(",", ":"))
 
 
 def _unkey(key: str | None) -> tuple[str, str] | None:
@@ -156,6 +159,12 @@ def _unkey(key: str | None) -> tuple[str, str] | None:
     except ValueError:
         return None
     return str(thread_id), str(namespace)
+
+
+def _thread_of(config: RunnableConfig) -> tuple[str, str]:
+    """The `(thread_id, checkpoint_ns)` a config names."""
+    configurable = config["configurable"]
+    return str(configurable["thread_id"]), str(configurable.get("checkpoint_ns", ""))
 
 
 def _config(thread_id: str, namespace: str, checkpoint_id: str) -> RunnableConfig:
@@ -217,21 +226,19 @@ class Saver(BaseCheckpointSaver[str]):
 
     # -- the faces -----------------------------------------------------------------------
 
-    def _sync(self, program: Program[T], method: str, config: RunnableConfig | None = None) -> T:
+    def _sync(self, program: Program[T], method: str, writes_to: str | None = None) -> T:
         if not isinstance(self.ledger, Ledger):
             raise TypeError(
                 f"This Saver was built from an AsyncLedger, which serves the async methods; "
                 f"{method} is sync. Call a{method} (graph.ainvoke, astream), or build the "
                 f"saver from a Ledger (Store.open(...).tenant(name)) for sync graphs."
             )
-        if config is None:
+        if writes_to is None:
             return _drive(self.ledger, program)
-        # A graph saves a step's writes and checkpoint from several threads at once, and
-        # the appends to one conversation take turns in the database anyway: taking them
-        # here spares SQLite's busy handler, which sleeps a waiting writer for 1 to 100 ms.
-        configurable = config["configurable"]
-        key = _key(str(configurable["thread_id"]), str(configurable.get("checkpoint_ns", "")))
-        with self._turns[hash(key) % len(self._turns)]:
+        # A graph saves its tasks' writes from several threads at once. Appends to one
+        # conversation take turns in the database anyway; taking them here, a losing
+        # append does not find the head moved and go the store's slower way.
+        with self._turns[hash(writes_to) % len(self._turns)]:
             return _drive(self.ledger, program)
 
     async def _async(self, program: Program[T], method: str) -> T:
@@ -277,7 +284,8 @@ class Saver(BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return self._sync(self._put(config, checkpoint, metadata, new_versions), "put", config)
+        program = self._put(config, checkpoint, metadata, new_versions)
+        return self._sync(program, "put", _key(*_thread_of(config)))
 
     async def aput(
         self,
@@ -295,7 +303,8 @@ class Saver(BaseCheckpointSaver[str]):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        self._sync(self._put_writes(config, writes, task_id, task_path), "put_writes", config)
+        program = self._put_writes(config, writes, task_id, task_path)
+        self._sync(program, "put_writes", _key(*_thread_of(config), _WRITES))
 
     async def aput_writes(
         self,
@@ -341,9 +350,7 @@ class Saver(BaseCheckpointSaver[str]):
     # -- reading -------------------------------------------------------------------------
 
     def _get_tuple(self, config: RunnableConfig) -> Program[CheckpointTuple | None]:
-        configurable = config["configurable"]
-        thread_id = str(configurable["thread_id"])
-        namespace = str(configurable.get("checkpoint_ns", ""))
+        thread_id, namespace = _thread_of(config)
         conversation_id = yield from self._conversation(thread_id, namespace)
         if conversation_id is None:
             return None
@@ -430,6 +437,7 @@ class Saver(BaseCheckpointSaver[str]):
         """The checkpoints rebuilt, with one read of the messages of each history
         they need (the histories of the newest of them that no other continues)."""
         message_at = yield from self._message_reader(conversation_id, thread, checkpoint_ids)
+        writes = yield from self._writes(thread_id, namespace)
         memo: dict[str, List[BaseMessage]] = {}
         tuples = []
         for checkpoint_id in checkpoint_ids:
@@ -449,7 +457,7 @@ class Saver(BaseCheckpointSaver[str]):
                     parent_config=None
                     if put.parent is None
                     else _config(thread_id, namespace, put.parent),
-                    pending_writes=thread.pending_writes(checkpoint_id, self.serde),
+                    pending_writes=thread.pending_writes(checkpoint_id, self.serde, writes),
                 )
             )
         return tuples
@@ -480,6 +488,14 @@ class Saver(BaseCheckpointSaver[str]):
             return loaded[where]
 
         return message_at
+
+    def _writes(self, thread_id: str, namespace: str) -> Program[Thread | None]:
+        """The records of the thread's writes conversation; None before its first write.
+        (A thread written before writes had one of their own keeps them in its records.)"""
+        conversation_id = yield from self._conversation(thread_id, namespace, writes=True)
+        if conversation_id is None:
+            return None
+        return (yield from self._thread(conversation_id))
 
     def _thread(self, conversation_id: str) -> Program[Thread]:
         """The conversation's records: those kept, when its head is still where they
@@ -529,10 +545,11 @@ class Saver(BaseCheckpointSaver[str]):
         self._keep(conversation_id, _Kept(done.head, kept.thread, kept.later + changes))
 
     def _conversation(
-        self, thread_id: str, namespace: str, *, create: bool = False
+        self, thread_id: str, namespace: str, *, create: bool = False, writes: bool = False
     ) -> Program[str | None]:
-        """The id of the conversation of `(thread_id, namespace)`; created with `create`."""
-        key = _key(thread_id, namespace)
+        """The id of the conversation of `(thread_id, namespace)`, or with `writes` of
+        its pending writes; created with `create`."""
+        key = _key(thread_id, namespace, _WRITES if writes else _PREFIX)
         known = self._ids.get(key)
         if known is not None:
             return known
@@ -542,7 +559,7 @@ class Saver(BaseCheckpointSaver[str]):
         except NotFoundError:
             if not create:
                 return None
-            if namespace:  # the root namespace lists the others (`delete_thread`, `copy_thread`)
+            if namespace and not writes:  # the root lists the others (`delete_thread`)
                 root = yield from self._conversation(thread_id, "", create=True)
                 assert root is not None
                 yield from self._record(root, {"namespaces": [namespace]})
@@ -589,10 +606,8 @@ class Saver(BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> Program[RunnableConfig]:
-        configurable = config["configurable"]
-        thread_id = str(configurable["thread_id"])
-        namespace = str(configurable.get("checkpoint_ns", ""))
-        parent = configurable.get("checkpoint_id")
+        thread_id, namespace = _thread_of(config)
+        parent = config["configurable"].get("checkpoint_id")
         conversation_id = yield from self._conversation(thread_id, namespace, create=True)
         assert conversation_id is not None
         thread: Thread | None = None
@@ -645,15 +660,17 @@ class Saver(BaseCheckpointSaver[str]):
         task_id: str,
         task_path: str,
     ) -> Program[None]:
-        configurable = config["configurable"]
-        thread_id = str(configurable["thread_id"])
-        namespace = str(configurable.get("checkpoint_ns", ""))
-        checkpoint_id = str(configurable["checkpoint_id"])
-        conversation_id = yield from self._conversation(thread_id, namespace, create=True)
+        thread_id, namespace = _thread_of(config)
+        checkpoint_id = str(config["configurable"]["checkpoint_id"])
+        conversation_id = yield from self._conversation(
+            thread_id, namespace, create=True, writes=True
+        )
         assert conversation_id is not None
         record = encode_writes(self.serde, checkpoint_id, writes, task_id, task_path)
-        # Most writes follow their checkpoint, whose line the head then ends with.
-        yield from self._record(conversation_id, {"writes": record}, guess=checkpoint_id)
+        # In a conversation of their own, which the checkpoints' line does not go
+        # through: a `put` does not wait for the writes LangGraph saves beside it.
+        done = yield from _call("append_messages", conversation_id, [], state={"writes": record})
+        self._learn(conversation_id, done)
 
     def _append(
         self,
@@ -697,19 +714,12 @@ class Saver(BaseCheckpointSaver[str]):
             self._learn(conversation_id, done)
         self._tips[conversation_id] = state["tip"]
 
-    def _record(
-        self, conversation_id: str, record: dict[str, Any], *, guess: str | None = None
-    ) -> Program[None]:
-        """Append a record that is not a checkpoint (writes, and what the saver notes
-        itself) at the head, keeping the head's `tip`: LangGraph saves writes in the
-        background, before or after the checkpoint that follows them, so a write
-        never decides where a line goes; it names its checkpoint instead."""
-        # The tip this saver last left, else the guess; then the other of the two (a
-        # checkpoint saved meanwhile in the background); then the head's, read.
-        guesses = list(dict.fromkeys([self._tips.get(conversation_id, guess), guess]))
+    def _record(self, conversation_id: str, record: dict[str, Any]) -> Program[None]:
+        """Append a record that is not a checkpoint (what the saver notes itself) at
+        the head, keeping the head's `tip`: it never decides where a line goes."""
         for attempt in range(_RETRIES):
-            if attempt < len(guesses):
-                tip = guesses[attempt]
+            if attempt == 0 and conversation_id in self._tips:  # the tip this saver left
+                tip = self._tips[conversation_id]
             else:
                 tip = (yield from _call("conversation", conversation_id)).state.get("tip")
             try:
@@ -772,6 +782,12 @@ class Saver(BaseCheckpointSaver[str]):
             except ErasedError:
                 continue  # its subject was erased: nothing of it reads any more
             self._tips[conversation_id] = None
+            writes = yield from self._conversation(thread_id_, namespace, writes=True)
+            if writes is not None:  # and its pending writes, for a checkpoint put again
+                done = yield from _call(
+                    "append_messages", writes, [], state={"hide": {"all": True}}
+                )
+                self._learn(writes, done)
 
     def _delete_for_runs(self, run_ids: Sequence[str]) -> Program[None]:
         hidden: dict[str, set[str]] = {}
@@ -824,6 +840,11 @@ class Saver(BaseCheckpointSaver[str]):
                 "fork", conversation_id, at=at, key=_key(target, namespace), subject=subject
             )
             self._ids[_key(target, namespace)] = fork.id
+            writes = yield from self._conversation(source, namespace, writes=True)
+            if writes is not None:  # the checkpoints' pending writes go with them
+                key = _key(target, namespace, _WRITES)
+                fork = yield from _call("fork", writes, key=key, subject=subject)
+                self._ids[key] = fork.id
             if namespace:
                 copied.append(namespace)
         if copied:

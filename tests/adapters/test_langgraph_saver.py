@@ -9,10 +9,13 @@ deletion that hides, erasure, tenants, and the handle the saver is built from.
 from __future__ import annotations
 
 import copy
+import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import psycopg
 import pytest
 from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
@@ -29,8 +32,10 @@ from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
 from chatledger.adapters.langgraph import Saver
+from chatledger.adapters.langgraph._records import encode_writes
 from chatledger.store import AsyncStore, Ledger, Store
 from chatledger.store._crypto import ERASED_CONTENT, SEALED_PREFIX
+from tests.conftest import _libpq
 from tests.store.test_erasure import _stored_payloads, _stored_state
 
 KEK = bytes(range(96, 128))
@@ -192,12 +197,11 @@ def test_a_put_after_its_parent_reads_nothing_of_the_thread(sync_store: Store) -
     app.invoke({"messages": [HumanMessage(content="1 + 1?")]}, thread("t"))
     ledger.calls.clear()
     app.invoke({"messages": [HumanMessage(content="2 + 2?")]}, thread("t"))
-    # When the run starts, the head (its records are those this saver wrote) and
-    # the messages; then each of the run's five checkpoints and four tasks' writes
-    # is an append (a write that races a checkpoint saved in the background may
-    # read the head's state, one row, to keep its line, and append again).
+    # When the run starts, the heads of the thread's conversation and of its writes'
+    # (their records are those this saver wrote) and the messages; then each of the
+    # run's five checkpoints and four tasks' writes is an append.
     assert [c for c in ledger.calls if c not in ("append_messages", "conversation")] == ["entries"]
-    assert ledger.calls.count("append_messages") >= 9
+    assert ledger.calls.count("append_messages") == 9
 
 
 def test_a_thread_another_saver_wrote_to_is_read_anew(sync_store: Store) -> None:
@@ -327,6 +331,88 @@ def test_a_deleted_thread_is_hidden_its_log_kept_and_its_id_free(sync_store: Sto
     assert Saver(ledger).get_tuple(thread("t")) is not None
 
 
+def waiting_for_a_row(url: str) -> None:
+    """Until a session of the database at `url` waits on a lock another holds."""
+    deadline = time.monotonic() + 30
+    with psycopg.connect(_libpq(url), autocommit=True) as conn:
+        while time.monotonic() < deadline:  # each statement sees the activity afresh
+            row = conn.execute(
+                "SELECT 1 FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock'"
+            ).fetchone()
+            if row is not None:
+                return
+    raise AssertionError("no session waited on the lock")
+
+
+def test_a_put_does_not_wait_for_the_writes_saved_beside_it(postgres_url: str) -> None:
+    # LangGraph saves a step's writes in the background while it puts the next
+    # checkpoint: writes held up in the database hold up no checkpoint.
+    with Store.open(postgres_url) as store, psycopg.connect(_libpq(postgres_url)) as holder:
+        ledger = store.tenant(tenant())
+        saver = Saver(ledger)
+        first = first_checkpoint({"notes": "first"})
+        config = saver.put(thread("t"), first, {"source": "input", "step": -1}, {"notes": "1"})
+        saver.put_writes(config, [("notes", "early")], task_id="task-1")
+        writes = ledger.conversation_by_key('langgraph-writes:["t",""]').id
+        holder.execute("SELECT 1 FROM chatledger_conversations WHERE id = %s FOR UPDATE", [writes])
+        with ThreadPoolExecutor(2) as pool:
+            held = pool.submit(saver.put_writes, config, [("notes", "late")], "task-2")
+            waiting_for_a_row(postgres_url)  # the writes wait on the row `holder` locked
+            second = {**first_checkpoint({"notes": "second"}), "id": str(uuid6(clock_seq=-2))}
+            metadata: CheckpointMetadata = {"source": "loop", "step": 0}
+            put = pool.submit(saver.put, config, second, metadata, {"notes": "2"}).result(30)
+            assert not held.done()
+            holder.commit()
+            held.result(timeout=30)
+    with Store.open(postgres_url) as store:
+        saver = Saver(store.tenant(ledger.tenant))
+        assert saver.get_tuple(put) is not None
+        got = saver.get_tuple(config)
+        assert got is not None
+        assert [(w[0], w[2]) for w in got.pending_writes or []] == [
+            ("task-1", "early"),
+            ("task-2", "late"),
+        ]
+
+
+def test_writes_recorded_in_a_threads_own_conversation_still_read(sync_store: Store) -> None:
+    # Before writes had a conversation of their own, each was a record of the thread's
+    # conversation, keeping its line's `tip`: such a thread reads as it did.
+    ledger = sync_store.tenant(tenant())
+    saver = Saver(ledger)
+    first = first_checkpoint({"notes": "first"})
+    config = saver.put(thread("t"), first, {"source": "input", "step": -1}, {"notes": "1"})
+    record = encode_writes(saver.serde, first["id"], [("notes", "old")], "task-1", "")
+    ledger.append_messages(
+        conversation_id(ledger, "t"), [], state={"tip": first["id"], "writes": record}
+    )
+    saver.put_writes(config, [("notes", "new"), ("notes", "newer")], task_id="task-1")
+    saver.put_writes(config, [("notes", "other")], task_id="task-2")
+    got = Saver(ledger).get_tuple(config)
+    assert got is not None
+    # The first of each (task, index): the thread's own record, then the others'.
+    assert [(w[0], w[2]) for w in got.pending_writes or []] == [
+        ("task-1", "old"),
+        ("task-1", "newer"),
+        ("task-2", "other"),
+    ]
+
+
+def test_a_deleted_threads_writes_go_with_it(sync_store: Store) -> None:
+    ledger = sync_store.tenant(tenant())
+    saver = Saver(ledger)
+    first = first_checkpoint({"notes": "first"})
+    config = saver.put(thread("t"), first, {"source": "input", "step": -1}, {"notes": "1"})
+    saver.put_writes(config, [("notes", "before")], task_id="task-1")
+    saver.delete_thread("t")
+    # The same checkpoint put again (a replay of the same config) has no writes yet.
+    config = saver.put(thread("t"), first, {"source": "input", "step": -1}, {"notes": "1"})
+    for reader in (saver, Saver(ledger)):
+        got = reader.get_tuple(config)
+        assert got is not None and got.pending_writes == []
+
+
 async def test_erasing_the_threads_subject_erases_its_checkpoints(database_url: str) -> None:
     async with AsyncStore.open(database_url, kek=KEK) as store:
         ledger = store.tenant(tenant())
@@ -377,16 +463,19 @@ def test_a_sealed_threads_records_are_sealed_and_erased_with_it(database_url: st
         assert got.metadata["note"] == secret  # type: ignore[typeddict-item]
         assert [w[2] for w in got.pending_writes or []] == [secret, secret]
 
-        conv = ledger.conversation_by_key('langgraph:["t",""]')
-        payloads = [p for k, p in _stored_payloads(store, conv.id) if k == "state.changed"]
-        stored = [*payloads, _stored_state(store, conv.id)]
-        assert len(stored) == 3
+        # The thread's conversation and that of its pending writes, each a record and a state.
+        keys = ('langgraph:["t",""]', 'langgraph-writes:["t",""]')
+        convs = [ledger.conversation_by_key(key).id for key in keys]
+        stored = [p for c in convs for k, p in _stored_payloads(store, c) if k == "state.changed"]
+        stored += [_stored_state(store, c) for c in convs]
+        assert len(stored) == 4
         assert all(text.startswith(SEALED_PREFIX) and secret not in text for text in stored)
 
         ledger.erase("user-of-t", reason="the user asked")
         assert Saver(ledger).get_tuple(config) is None
-        assert [e.payload["state"] for e in ledger.state_changes(conv.id)] == [{"erased": True}] * 2
-        assert ledger.verify(conv.id).ok
+        for conv_id in convs:
+            assert [e.payload["state"] for e in ledger.state_changes(conv_id)] == [{"erased": True}]
+            assert ledger.verify(conv_id).ok
 
 
 def test_a_copied_threads_checkpoints_go_with_its_sources_erasure(database_url: str) -> None:
