@@ -264,7 +264,7 @@ class AsyncStore(AsyncStoreFace):
             except (ErasedError, ConflictError, EncryptionError) as error:
                 if sealing is not None and sealer is not None:
                     sealer.forget(sealing.tenant, sealing.conversation_id)
-                if again or not lost_new_key(error, seal, connection):
+                if again or not lost_new_key(error, connection):
                     raise
             else:
                 break

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from chatledger.store._crypto import NO_KEY, PLAIN, Seal, Sealer, opened, sealed_key_ids
-from chatledger.store._errors import ConflictError, EncryptionError, ErasedError
+from chatledger.store._errors import EncryptionError, ErasedError
 from chatledger.store._sql import keys as _keys
 from chatledger.store._sql.ops import Op, Sealing
 from chatledger.store.ids import new_id
@@ -165,17 +165,12 @@ def _resolved(sealer: Sealer, s: Sealing[Any], found: _keys.WriteKey) -> tuple[S
     return sealer.mint(s.tenant, found.subject, new_id()), False
 
 
-def lost_new_key(error: Exception, seal: Seal | None, connection: object) -> bool:
+def lost_new_key(error: Exception, connection: object) -> bool:
     """Whether a write that minted its subject's data key (the subject's first
     conversation) was refused because another writer created that key at the same
     moment: it wrote nothing, and a second try, prepared again, seals under the
     winner's key. Not inside a caller's transaction, which the caller retries."""
-    return (
-        isinstance(error, ConflictError)
-        and seal is not None
-        and seal.new_key is not None
-        and connection is None
-    )
+    return isinstance(error, _keys.KeyRaced) and connection is None
 
 
 def needs_opening(sealer: Sealer | None, op: Op[Any], value: object) -> bool:

@@ -83,7 +83,7 @@ _PREFIX = "langgraph:"
 _WRITES = "langgraph-writes:"  # a thread's pending writes: a conversation beside its own
 _RETRIES = 32
 _KEPT = 256  # messages lists remembered, for puts that follow a checkpoint this saver saw
-_THREADS_KEPT = 64  # conversations whose records are kept, the most recently used
+_THREADS_KEPT = 128  # conversations whose records are kept (two a thread), the last used
 _UNSEEN: Any = object()  # a checkpoint whose messages list the saver does not know
 
 
@@ -563,7 +563,11 @@ class Saver(BaseCheckpointSaver[str]):
                 root = yield from self._conversation(thread_id, "", create=True)
                 assert root is not None
                 yield from self._record(root, {"namespaces": [namespace]})
-            subject = None if self._subject is None else self._subject(thread_id)
+            if writes:  # sealed and erased with the thread: its subject, whatever it is
+                thread = yield from self._conversation(thread_id, namespace, create=True)
+                subject = (yield from _call("conversation", thread)).subject
+            else:
+                subject = None if self._subject is None else self._subject(thread_id)
             try:
                 created = yield from _call("create_conversation", key=key, subject=subject)
             except ConflictError:  # created by a concurrent first write
@@ -843,8 +847,8 @@ class Saver(BaseCheckpointSaver[str]):
             writes = yield from self._conversation(source, namespace, writes=True)
             if writes is not None:  # the checkpoints' pending writes go with them
                 key = _key(target, namespace, _WRITES)
-                fork = yield from _call("fork", writes, key=key, subject=subject)
-                self._ids[key] = fork.id
+                copy = yield from _call("fork", writes, key=key, subject=fork.subject)
+                self._ids[key] = copy.id
             if namespace:
                 copied.append(namespace)
         if copied:

@@ -192,6 +192,16 @@ _WRITERS: weakref.WeakKeyDictionary[Engine, tuple[threading.RLock, float]] = (
 )
 
 
+def _unheld_in_child() -> None:
+    # A forked child has only the forking thread: a lock another thread held at
+    # the fork would stay held there, and every write wait out the busy timeout.
+    for engine, (_, timeout) in list(_WRITERS.items()):
+        _WRITERS[engine] = (threading.RLock(), timeout)
+
+
+os.register_at_fork(after_in_child=_unheld_in_child)
+
+
 @contextlib.contextmanager
 def sqlite_writer(engine: Engine) -> Iterator[None]:
     """A write transaction's turn among the writers of `engine` in this process.

@@ -194,6 +194,11 @@ def rewrap(conn: Connection, unwrap: Any, new: Any) -> int:
     return done
 
 
+class KeyRaced(ConflictError):
+    """A subject's new data key, refused: another writer created the subject's key
+    at the same moment (`insert_key`). Nothing was written."""
+
+
 def insert_key(
     conn: Connection,
     *,
@@ -219,7 +224,7 @@ def insert_key(
             )
     except sa.exc.IntegrityError as error:
         if unique_violation(error, subject_keys, ["tenant", "subject"]):
-            raise ConflictError(
+            raise KeyRaced(
                 f"Another writer created the data key of subject '{subject}' at the same "
                 f"moment; nothing was written. Retry: the retry uses that key.",
                 conversation_id=conversation_id,

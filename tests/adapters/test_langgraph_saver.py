@@ -478,6 +478,24 @@ def test_a_sealed_threads_records_are_sealed_and_erased_with_it(database_url: st
             assert ledger.verify(conv_id).ok
 
 
+def test_erasing_a_threads_own_subject_erases_its_writes(database_url: str) -> None:
+    # With no `subject=`, a thread's conversation is a subject of its own; its writes'
+    # conversation is sealed under that subject too, so one erasure takes both.
+    secret = f"SECRET-{uuid.uuid4().hex}"
+    with Store.open(database_url, kek=KEK) as store:
+        ledger = store.tenant(tenant())
+        saver = Saver(ledger)
+        first = first_checkpoint({"notes": "first"})
+        config = saver.put(thread("t"), first, {"source": "input", "step": -1}, {"notes": "1"})
+        saver.put_writes(config, [("__interrupt__", secret)], task_id="task-1")
+        conv = ledger.conversation_by_key('langgraph:["t",""]')
+        writes = ledger.conversation_by_key('langgraph-writes:["t",""]')
+        assert conv.subject is not None and writes.subject == conv.subject
+        ledger.erase(conv.subject, reason="the user asked")
+        assert saver.get_tuple(config) is None
+        assert [e.payload["state"] for e in ledger.state_changes(writes.id)] == [{"erased": True}]
+
+
 def test_a_copied_threads_checkpoints_go_with_its_sources_erasure(database_url: str) -> None:
     # The copy continues its source's records, sealed under the source's subject:
     # erasing that subject moves no head of the copy's, and the copy's checkpoint,

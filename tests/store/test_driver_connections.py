@@ -7,7 +7,10 @@ tests/store/test_store_faults.py.
 from __future__ import annotations
 
 import logging
+import os
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import psycopg
@@ -16,7 +19,13 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
 from chatledger.store import EncryptionError
-from chatledger.store._db.engines import DriverConnections, create_engine, cut_off, normalize_url
+from chatledger.store._db.engines import (
+    _WRITERS,
+    DriverConnections,
+    create_engine,
+    cut_off,
+    normalize_url,
+)
 from tests.conftest import _libpq, postgres_admin_url
 
 
@@ -196,3 +205,30 @@ def test_the_operations_own_refusal_keeps_its_connection(engine: Engine) -> None
             connections.run(False, refuse)
     assert seen[0] is seen[1]
     connections.close()
+
+
+def test_a_child_forked_while_a_sqlite_writer_has_its_turn_can_write(sqlite_url: str) -> None:
+    # The writer's thread does not exist in the child: its turn, copied held, would
+    # make every write of the child wait out the busy timeout.
+    engine = create_engine(sqlite_url)
+    connections = DriverConnections(engine)
+    turn, done = threading.Event(), threading.Event()
+
+    def writer(cursor: Any) -> int:
+        turn.set()
+        done.wait(30)
+        cursor.execute("SELECT 1")
+        return 1
+
+    with ThreadPoolExecutor(1) as pool:
+        writing = pool.submit(connections.run, True, writer)
+        assert turn.wait(30)
+        pid = os.fork()
+        if pid == 0:  # the child: free to write at once, or exit 1
+            lock, _ = _WRITERS[engine]
+            os._exit(0 if lock.acquire(blocking=False) else 1)
+        done.set()
+        assert writing.result(timeout=30) == (True, 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    engine.dispose()
