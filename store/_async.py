@@ -44,7 +44,6 @@ from chatledger.store._db.tail import (
     url_connector,
 )
 from chatledger.store._db.workers import Workers
-from chatledger.store._errors import ConflictError, EncryptionError, ErasedError
 from chatledger.store._faces import (
     AsyncAuditFace,
     AsyncLedgerFace,
@@ -53,14 +52,7 @@ from chatledger.store._faces import (
     AsyncStoreFace,
 )
 from chatledger.store._ops import Operations, StoreOperations
-from chatledger.store._sealing import (
-    Program,
-    adrive,
-    lost_new_key,
-    needs_opening,
-    opening,
-    preparing,
-)
+from chatledger.store._sealing import Program, adrive, executing
 from chatledger.store._sql.dialect import WRITE, is_sqlite
 from chatledger.store._sql.ops import AsyncExecutor, Op, in_transaction, run_fast
 from chatledger.store._sql.pages import Page
@@ -251,26 +243,8 @@ class AsyncStore(AsyncStoreFace):
         staleness runs on a read replica first, as in `Store.execute`; sealing
         is as there too.
         """
-        seal = None
-        sealer = self._sealer
-        sealing = op.sealing  # the op it builds has none of its own
-        for again in (False, True):
-            if sealing is not None and sealer is not None:
-                op, seal = await self._drive(
-                    preparing(sealer, sealing, remember=connection is None), connection
-                )
-            try:
-                done = await self._execute(op, connection)
-            except (ErasedError, ConflictError, EncryptionError) as error:
-                if sealing is not None and sealer is not None:
-                    sealer.forget(sealing.tenant, sealing.conversation_id)
-                if again or not lost_new_key(error, connection):
-                    raise
-            else:
-                break
-        if not needs_opening(sealer, op, done):
-            return done
-        return await self._drive(opening(sealer, done, seal, op.tenant), connection)
+        program = executing(self._sealer, op, inside=connection is not None)
+        return await self._drive(program, connection)
 
     async def _drive(self, program: Program[T], connection: AsyncConnection | None) -> T:
         return await adrive(program, lambda op: self._execute(op, connection))

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from chatledger.store._crypto import NO_KEY, PLAIN, Seal, Sealer, opened, sealed_key_ids
-from chatledger.store._errors import EncryptionError, ErasedError
+from chatledger.store._errors import ConflictError, EncryptionError, ErasedError
 from chatledger.store._sql import keys as _keys
 from chatledger.store._sql.ops import Op, Sealing
 from chatledger.store.ids import new_id
@@ -42,7 +42,7 @@ __all__ = [
     "Program",
     "adrive",
     "drive",
-    "lost_new_key",
+    "executing",
     "needs_opening",
     "opening",
     "preparing",
@@ -112,6 +112,34 @@ async def adrive(program: Program[T], execute: Callable[[Op[Any]], Awaitable[Any
         program.close()
 
 
+def executing(sealer: Sealer | None, op: Op[T], *, inside: bool) -> Program[T]:
+    """`op`, sealed first when it is a write that stores content and the store has a
+    key-encryption key, and its result with sealed content opened: what each face's
+    `execute` drives. `inside`: in a caller's transaction.
+
+    A write that minted its subject's data key and lost the race to write it
+    (`keys.KeyRaced`: it wrote nothing) is prepared and run once more, under the
+    winner's key; not inside a caller's transaction, which the caller retries.
+    """
+    seal = None
+    sealing = op.sealing  # the op it builds has none of its own
+    for again in (False, True):
+        if sealing is not None and sealer is not None:
+            op, seal = yield from preparing(sealer, sealing, remember=not inside)
+        try:
+            done: T = yield op
+        except (ErasedError, ConflictError, EncryptionError) as error:
+            if sealing is not None and sealer is not None:
+                sealer.forget(sealing.tenant, sealing.conversation_id)
+            if again or inside or not isinstance(error, _keys.KeyRaced):
+                raise
+        else:
+            break
+    if not needs_opening(sealer, op, done):
+        return done
+    return (yield from opening(sealer, done, seal, op.tenant))
+
+
 def preparing(
     sealer: Sealer, s: Sealing[T], *, remember: bool = True
 ) -> Program[tuple[Op[T], Seal]]:
@@ -163,14 +191,6 @@ def _resolved(sealer: Sealer, s: Sealing[Any], found: _keys.WriteKey) -> tuple[S
     if found.key_id is not None and found.wrapped is not None:
         return Seal(sealer.data_key(found.key_id, found.wrapped), found.subject), False
     return sealer.mint(s.tenant, found.subject, new_id()), False
-
-
-def lost_new_key(error: Exception, connection: object) -> bool:
-    """Whether a write that minted its subject's data key (the subject's first
-    conversation) was refused because another writer created that key at the same
-    moment: it wrote nothing, and a second try, prepared again, seals under the
-    winner's key. Not inside a caller's transaction, which the caller retries."""
-    return isinstance(error, _keys.KeyRaced) and connection is None
 
 
 def needs_opening(sealer: Sealer | None, op: Op[Any], value: object) -> bool:

@@ -11,7 +11,7 @@ same `Op`s as coroutines.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from sqlalchemy.engine import Connection, Engine
 
@@ -35,10 +35,9 @@ from chatledger.store._db.tail import (
     connector,
     sqlite_connector,
 )
-from chatledger.store._errors import ConflictError, EncryptionError, ErasedError
 from chatledger.store._faces import AuditFace, LedgerFace, RetentionFace, RunsFace, StoreFace
 from chatledger.store._ops import Operations, StoreOperations
-from chatledger.store._sealing import drive, lost_new_key, needs_opening, opening, preparing
+from chatledger.store._sealing import drive, executing
 from chatledger.store._sql.dialect import is_sqlite
 from chatledger.store._sql.ops import Executor, Op
 from chatledger.store._sql.pages import Page
@@ -203,27 +202,8 @@ class Store(StoreFace):
         is opened (`store._sealing`).
         """
 
-        def run(o: Op[Any]) -> Any:
-            return self._execute(o, connection)
-
-        seal = None
-        sealer = self._sealer
-        sealing = op.sealing  # the op it builds has none of its own
-        for again in (False, True):
-            if sealing is not None and sealer is not None:
-                op, seal = drive(preparing(sealer, sealing, remember=connection is None), run)
-            try:
-                done = self._execute(op, connection)
-            except (ErasedError, ConflictError, EncryptionError) as error:
-                if sealing is not None and sealer is not None:
-                    sealer.forget(sealing.tenant, sealing.conversation_id)
-                if again or not lost_new_key(error, connection):
-                    raise
-            else:
-                break
-        if not needs_opening(sealer, op, done):
-            return done
-        return drive(opening(sealer, done, seal, op.tenant), run)
+        program = executing(self._sealer, op, inside=connection is not None)
+        return drive(program, lambda o: self._execute(o, connection))
 
     def _execute(self, op: Op[T], connection: Connection | None) -> T:
         if connection is not None:

@@ -23,6 +23,7 @@ from langgraph.checkpoint.base import (
     ChannelVersions,
     Checkpoint,
     CheckpointMetadata,
+    CheckpointTuple,
     empty_checkpoint,
 )
 from langgraph.checkpoint.base.id import uuid6
@@ -331,6 +332,18 @@ def test_a_deleted_thread_is_hidden_its_log_kept_and_its_id_free(sync_store: Sto
     assert Saver(ledger).get_tuple(thread("t")) is not None
 
 
+def put_first(saver: Saver) -> tuple[Checkpoint, RunnableConfig]:
+    """Thread "t"'s first checkpoint (one channel, `notes`), and its config once put."""
+    first = first_checkpoint({"notes": "first"})
+    return first, saver.put(thread("t"), first, {"source": "input", "step": -1}, {"notes": "1"})
+
+
+def task_values(got: CheckpointTuple | None) -> list[tuple[str, Any]]:
+    """The pending writes of `got`, each as its task and value."""
+    assert got is not None
+    return [(task, value) for task, _, value in got.pending_writes or []]
+
+
 def waiting_for_a_row(url: str) -> None:
     """Until a session of the database at `url` waits on a lock another holds."""
     deadline = time.monotonic() + 30
@@ -351,8 +364,7 @@ def test_a_put_does_not_wait_for_the_writes_saved_beside_it(postgres_url: str) -
     with Store.open(postgres_url) as store, psycopg.connect(_libpq(postgres_url)) as holder:
         ledger = store.tenant(tenant())
         saver = Saver(ledger)
-        first = first_checkpoint({"notes": "first"})
-        config = saver.put(thread("t"), first, {"source": "input", "step": -1}, {"notes": "1"})
+        _, config = put_first(saver)
         saver.put_writes(config, [("notes", "early")], task_id="task-1")
         writes = ledger.conversation_by_key('langgraph-writes:["t",""]').id
         holder.execute("SELECT 1 FROM chatledger_conversations WHERE id = %s FOR UPDATE", [writes])
@@ -368,12 +380,7 @@ def test_a_put_does_not_wait_for_the_writes_saved_beside_it(postgres_url: str) -
     with Store.open(postgres_url) as store:
         saver = Saver(store.tenant(ledger.tenant))
         assert saver.get_tuple(put) is not None
-        got = saver.get_tuple(config)
-        assert got is not None
-        assert [(w[0], w[2]) for w in got.pending_writes or []] == [
-            ("task-1", "early"),
-            ("task-2", "late"),
-        ]
+        assert task_values(saver.get_tuple(config)) == [("task-1", "early"), ("task-2", "late")]
 
 
 def test_writes_recorded_in_a_threads_own_conversation_still_read(sync_store: Store) -> None:
@@ -381,18 +388,15 @@ def test_writes_recorded_in_a_threads_own_conversation_still_read(sync_store: St
     # conversation, keeping its line's `tip`: such a thread reads as it did.
     ledger = sync_store.tenant(tenant())
     saver = Saver(ledger)
-    first = first_checkpoint({"notes": "first"})
-    config = saver.put(thread("t"), first, {"source": "input", "step": -1}, {"notes": "1"})
+    first, config = put_first(saver)
     record = encode_writes(saver.serde, first["id"], [("notes", "old")], "task-1", "")
     ledger.append_messages(
         conversation_id(ledger, "t"), [], state={"tip": first["id"], "writes": record}
     )
     saver.put_writes(config, [("notes", "new"), ("notes", "newer")], task_id="task-1")
     saver.put_writes(config, [("notes", "other")], task_id="task-2")
-    got = Saver(ledger).get_tuple(config)
-    assert got is not None
     # The first of each (task, index): the thread's own record, then the others'.
-    assert [(w[0], w[2]) for w in got.pending_writes or []] == [
+    assert task_values(Saver(ledger).get_tuple(config)) == [
         ("task-1", "old"),
         ("task-1", "newer"),
         ("task-2", "other"),
@@ -402,15 +406,13 @@ def test_writes_recorded_in_a_threads_own_conversation_still_read(sync_store: St
 def test_a_deleted_threads_writes_go_with_it(sync_store: Store) -> None:
     ledger = sync_store.tenant(tenant())
     saver = Saver(ledger)
-    first = first_checkpoint({"notes": "first"})
-    config = saver.put(thread("t"), first, {"source": "input", "step": -1}, {"notes": "1"})
+    first, config = put_first(saver)
     saver.put_writes(config, [("notes", "before")], task_id="task-1")
     saver.delete_thread("t")
     # The same checkpoint put again (a replay of the same config) has no writes yet.
     config = saver.put(thread("t"), first, {"source": "input", "step": -1}, {"notes": "1"})
-    for reader in (saver, Saver(ledger)):
-        got = reader.get_tuple(config)
-        assert got is not None and got.pending_writes == []
+    assert task_values(saver.get_tuple(config)) == task_values(Saver(ledger).get_tuple(config))
+    assert task_values(saver.get_tuple(config)) == []
 
 
 async def test_erasing_the_threads_subject_erases_its_checkpoints(database_url: str) -> None:
@@ -485,8 +487,7 @@ def test_erasing_a_threads_own_subject_erases_its_writes(database_url: str) -> N
     with Store.open(database_url, kek=KEK) as store:
         ledger = store.tenant(tenant())
         saver = Saver(ledger)
-        first = first_checkpoint({"notes": "first"})
-        config = saver.put(thread("t"), first, {"source": "input", "step": -1}, {"notes": "1"})
+        _, config = put_first(saver)
         saver.put_writes(config, [("__interrupt__", secret)], task_id="task-1")
         conv = ledger.conversation_by_key('langgraph:["t",""]')
         writes = ledger.conversation_by_key('langgraph-writes:["t",""]')
