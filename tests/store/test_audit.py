@@ -40,6 +40,7 @@ from chatledger.store import (
     RunCursor,
     RunStateError,
     Store,
+    TimelineEntry,
     ToolCall,
     trim_history,
 )
@@ -161,9 +162,16 @@ async def test_async_audit_rebuilds_the_same_request(database_url: str, ledger: 
     async with AsyncStore.open(database_url) as store:
         async_ledger = store.tenant(ledger.tenant)
         check = await rebuild_request_async(async_ledger, result.run_id, 2, agent)
-        timeline = await async_ledger.audit.run_timeline(result.run_id)
+        timeline: list[TimelineEntry] = []
+        after = None
+        while True:  # a page held back by another open transaction is re-read (`drain`)
+            page = await async_ledger.audit.run_timeline(result.run_id, after=after)
+            timeline += page.items
+            after = page.next_after
+            if not page.has_more and not page.pending:
+                break
     assert check.matches
-    assert timeline == ledger.audit.run_timeline(result.run_id)
+    assert timeline == drain(lambda after: ledger.audit.run_timeline(result.run_id, after=after))
 
 
 # -- tool executions ----------------------------------------------------------------
