@@ -354,10 +354,14 @@ class Operations:
 
     def conversation(self, conversation_id: str) -> Op[Conversation]:
         """The conversation: metadata, head, and where it was forked from."""
+        check_id(conversation_id, "conversation")
+        tenant = self.tenant
         return self._op(
             f"reading conversation '{conversation_id}'",
             write=False,
-            fn=lambda c: _log.get_conversation(c, self.tenant, conversation_id),
+            postgres=lambda cursor: _log.conversation_postgres(cursor, tenant, conversation_id),
+            sqlite=lambda cursor: _log.conversation_sqlite(cursor, tenant, conversation_id),
+            fn=lambda c: _log.get_conversation(c, tenant, conversation_id),
         )
 
     def conversations(self, limit: int = 50, before: str | None = None) -> Op[list[Conversation]]:

@@ -63,6 +63,8 @@ __all__ = [
     "conversation_by_key_postgres",
     "conversation_by_key_sqlite",
     "conversation_of",
+    "conversation_postgres",
+    "conversation_sqlite",
     "create_branch",
     "create_conversation",
     "create_conversation_event",
@@ -455,21 +457,33 @@ _BY_KEY = (
     "JOIN chatledger_conversations c ON c.id = k.conversation_id AND c.tenant = k.tenant "
     "WHERE k.tenant = {tenant} AND k.key = {key}"
 )
+_BY_ID = (
+    "SELECT {columns} FROM chatledger_conversations c WHERE c.id = {id} AND c.tenant = {tenant}"
+)
 _UUIDS = {"id", "head_branch_id", "forked_from_conversation_id", "forked_from_branch_id"}
-_PG_BY_KEY = _BY_KEY.format(
-    # The ids as text, as SQLAlchemy's `Id` type hands them back.
-    columns=", ".join(
-        f"c.{c.name}::text AS {c.name}" if c.name in _UUIDS else f"c.{c.name}"
-        for c in conversations.columns
-    ),
-    tenant="%(tenant)s",
-    key="%(key)s",
+# The ids as text, as SQLAlchemy's `Id` type hands them back.
+_PG_COLUMNS = ", ".join(
+    f"c.{c.name}::text AS {c.name}" if c.name in _UUIDS else f"c.{c.name}"
+    for c in conversations.columns
 )
-_SQLITE_BY_KEY = _BY_KEY.format(
-    columns=", ".join(f"c.{c.name} AS {c.name}" for c in conversations.columns),
-    tenant="?",
-    key="?",
-)
+_SQLITE_COLUMNS = ", ".join(f"c.{c.name} AS {c.name}" for c in conversations.columns)
+_PG_BY_KEY = _BY_KEY.format(columns=_PG_COLUMNS, tenant="%(tenant)s", key="%(key)s")
+_SQLITE_BY_KEY = _BY_KEY.format(columns=_SQLITE_COLUMNS, tenant="?", key="?")
+_PG_BY_ID = _BY_ID.format(columns=_PG_COLUMNS, id="%(id)s::uuid", tenant="%(tenant)s")
+_SQLITE_BY_ID = _BY_ID.format(columns=_SQLITE_COLUMNS, id="?", tenant="?")
+
+
+def conversation_postgres(cursor: Any, tenant: str, conversation_id: str) -> Conversation:
+    """`get_conversation` as one query on an autocommit DB-API cursor (the id checked
+    already); a missing or foreign one is the same `NotFoundError`."""
+    cursor.execute(_PG_BY_ID, {"id": conversation_id, "tenant": tenant})
+    return _fetched(cursor, ("conversation", conversation_id, tenant), parse_time=False)
+
+
+def conversation_sqlite(cursor: Any, tenant: str, conversation_id: str) -> Conversation:
+    """`conversation_postgres` through a SQLite DB-API cursor."""
+    cursor.execute(_SQLITE_BY_ID, (conversation_id, tenant))
+    return _fetched(cursor, ("conversation", conversation_id, tenant), parse_time=True)
 
 
 def conversation_by_key_postgres(cursor: Any, tenant: str, key: str) -> Conversation:
@@ -477,25 +491,20 @@ def conversation_by_key_postgres(cursor: Any, tenant: str, key: str) -> Conversa
     query, so its miss is the same `NotFoundError` (a framework's first write to a
     thread looks its key up and misses)."""
     cursor.execute(_PG_BY_KEY, {"tenant": tenant, "key": key})
-    return _found_by_key(_conversation_from_cursor(cursor, parse_time=False), tenant, key)
+    return _fetched(cursor, ("conversation key", key, tenant), parse_time=False)
 
 
 def conversation_by_key_sqlite(cursor: Any, tenant: str, key: str) -> Conversation:
     """`conversation_by_key_postgres` through a SQLite DB-API cursor."""
     cursor.execute(_SQLITE_BY_KEY, (tenant, key))
-    return _found_by_key(_conversation_from_cursor(cursor, parse_time=True), tenant, key)
+    return _fetched(cursor, ("conversation key", key, tenant), parse_time=True)
 
 
-def _found_by_key(found: Conversation | None, tenant: str, key: str) -> Conversation:
-    if found is None:
-        raise NotFoundError("conversation key", key, tenant)
-    return found
-
-
-def _conversation_from_cursor(cursor: Any, *, parse_time: bool) -> Conversation | None:
+def _fetched(cursor: Any, missing: tuple[str, str, str], *, parse_time: bool) -> Conversation:
+    """The conversation row the cursor's query found, else `NotFoundError(*missing)`."""
     row = cursor.fetchone()
     if row is None:
-        return None
+        raise NotFoundError(*missing)
     m = dict(zip([d[0] for d in cursor.description], row, strict=True))
     m["head_hash"] = bytes(m["head_hash"])
     if parse_time:  # SQLite holds the text `sqlite_time` writes
@@ -517,7 +526,9 @@ def get_conversation_by_key(conn: Connection, tenant: str, key: str) -> Conversa
         )
         .where(conversation_keys.c.tenant == tenant, conversation_keys.c.key == key)
     ).first()
-    return _found_by_key(None if row is None else _conversation(row), tenant, key)
+    if row is None:
+        raise NotFoundError("conversation key", key, tenant)
+    return _conversation(row)
 
 
 def check_metadata(metadata: Any) -> str:

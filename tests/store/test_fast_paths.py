@@ -30,6 +30,7 @@ from chatledger.store import (
     HistoryRepair,
     Ledger,
     Message,
+    NotFoundError,
     Store,
     ToolCall,
 )
@@ -469,6 +470,37 @@ def create_all(ledger: Ledger, taken: str) -> tuple[list[Conversation], list[Con
 
 def taken_options(taken: str, convs: list[Conversation]) -> list[dict[str, Any]]:
     return [{"conversation_id": taken}, {"conversation_id": convs[3].id}, {"key": convs[5].key}]
+
+
+def test_a_conversation_reads_alike_on_both_paths(database_url: str) -> None:
+    # Kept, forked, with a state (sealed on this store), erased; another tenant's and
+    # a missing one are the same NotFoundError. The fast path reads the row without
+    # SQLAlchemy.
+    kek = bytes(range(32))
+    with (
+        Store.open(database_url, kek=kek) as fast,
+        Store.open(database_url, kek=kek, fast_paths=False) as general,
+    ):
+        tenant = f"read-{uuid.uuid4().hex[:8]}"
+        ledger = fast.tenant(tenant)
+        plain = ledger.create_conversation({"m": 1}, key=f"k-{uuid.uuid4().hex}")
+        ledger.append_messages(plain.id, turn("hi"), state={"tip": "a"})
+        forked = ledger.fork(plain.id)
+        erased = ledger.create_conversation(subject="gone")
+        ledger.erase("gone", reason="asked")
+        foreign = fast.tenant(f"other-{uuid.uuid4().hex[:8]}").create_conversation().id
+        ids = [plain.id, forked.id, erased.id]
+        with statements(fast.engine) as seen:
+            found = [ledger.conversation(i) for i in ids]
+        assert not [s for s in seen if "chatledger_conversations" in s]  # keys, to open states
+        assert found == [general.tenant(tenant).conversation(i) for i in ids]
+        assert found[0].state == {"tip": "a"} and found[2].erased_at is not None
+        for missing in (foreign, str(uuid.uuid4())):
+            with pytest.raises(NotFoundError) as on_fast:
+                ledger.conversation(missing)
+            with pytest.raises(NotFoundError) as on_general:
+                general.tenant(tenant).conversation(missing)
+            assert str(on_fast.value) == str(on_general.value)
 
 
 def test_the_fast_and_general_paths_create_the_same_conversations(database_url: str) -> None:
