@@ -673,8 +673,7 @@ class Saver(BaseCheckpointSaver[str]):
         record = encode_writes(self.serde, checkpoint_id, writes, task_id, task_path)
         # In a conversation of their own, which the checkpoints' line does not go
         # through: a `put` does not wait for the writes LangGraph saves beside it.
-        done = yield from _call("append_messages", conversation_id, [], state={"writes": record})
-        self._learn(conversation_id, done)
+        yield from self._note(conversation_id, {"writes": record})
 
     def _append(
         self,
@@ -745,6 +744,11 @@ class Saver(BaseCheckpointSaver[str]):
             conversation_id=conversation_id,
         )
 
+    def _note(self, conversation_id: str, record: dict[str, Any]) -> Program[None]:
+        """Append `record` at the head of a writes conversation, which has no line to keep."""
+        done = yield from _call("append_messages", conversation_id, [], state=record)
+        self._learn(conversation_id, done)
+
     def _messages(
         self, conversation_id: str, thread: Thread, checkpoint_id: str
     ) -> Program[Messages | None]:
@@ -788,10 +792,7 @@ class Saver(BaseCheckpointSaver[str]):
             self._tips[conversation_id] = None
             writes = yield from self._conversation(thread_id_, namespace, writes=True)
             if writes is not None:  # and its pending writes, for a checkpoint put again
-                done = yield from _call(
-                    "append_messages", writes, [], state={"hide": {"all": True}}
-                )
-                self._learn(writes, done)
+                yield from self._note(writes, {"hide": {"all": True}})
 
     def _delete_for_runs(self, run_ids: Sequence[str]) -> Program[None]:
         hidden: dict[str, set[str]] = {}

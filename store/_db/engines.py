@@ -203,8 +203,9 @@ os.register_at_fork(after_in_child=_unheld_in_child)
 
 
 @contextlib.contextmanager
-def sqlite_writer(engine: Engine) -> Iterator[None]:
-    """A write transaction's turn among the writers of `engine` in this process.
+def sqlite_writer(engine: Engine, write: bool = True) -> Iterator[None]:
+    """A write transaction's turn among the writers of `engine` in this process
+    (nothing for a read, which SQLite's WAL never makes wait).
 
     Each waits on a lock, woken as the one before it ends, where SQLite's busy
     handler would sleep it 1 to 100 ms at a time. One that has waited out the
@@ -212,7 +213,7 @@ def sqlite_writer(engine: Engine) -> Iterator[None]:
     reports the database busy, as without the lock); writers in other processes
     meet only that handler. Nothing on an engine without `install_sqlite_hooks`.
     """
-    found = _WRITERS.get(engine)
+    found = _WRITERS.get(engine) if write else None
     if found is None:
         yield
         return
@@ -335,7 +336,7 @@ class DriverConnections:
                     if not self._sqlite:
                         done = fn(cursor)  # one statement, atomic by itself
                     else:
-                        with sqlite_writer(self._engine) if write else contextlib.nullcontext():
+                        with sqlite_writer(self._engine, write):
                             cursor.execute("BEGIN IMMEDIATE" if write else "BEGIN")
                             try:
                                 done = fn(cursor)

@@ -28,9 +28,7 @@ def general(engine: Engine, op: Op[T], /, *, fast: bool, tried: bool) -> T:
             done = run_fast(conn, op.postgres)
             if done is not None:
                 return done
-        if not op.write:
-            with conn.begin():
-                return in_transaction(conn, op, fast=fast and not tried)
-        conn.execution_options(**{WRITE: True})
-        with sqlite_writer(engine), conn.begin():  # a turn among writers, on SQLite
+        if op.write:
+            conn.execution_options(**{WRITE: True})
+        with sqlite_writer(engine, op.write), conn.begin():  # a turn among writers, on SQLite
             return in_transaction(conn, op, fast=fast and not tried)
