@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, assert_never
+from typing import Any, ClassVar, assert_never
 
 from chatledger.engine.providers._base import Delta, ModelResponse, ToolChoice, ToolSpec
 from chatledger.engine.providers._errors import (
@@ -273,6 +273,8 @@ def parse_response(data: Any) -> ModelResponse:
 class AnthropicStream:
     """Accumulates Messages stream events into the response they spell out."""
 
+    item: ClassVar[str] = "stream event"
+    end: ClassVar[str | None] = None  # `message_stop` ends the stream: `done`
     blocks: dict[int, dict[str, Any]] = field(default_factory=dict)
     usage: dict[str, Any] = field(default_factory=dict)
     stop_reason: str | None = None

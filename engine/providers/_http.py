@@ -28,10 +28,17 @@ from collections.abc import (
 )
 from dataclasses import dataclass, replace
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, ClassVar, Protocol, Self
 
 import httpx
 
+from chatledger import __version__
+from chatledger.engine.providers._base import (
+    Delta,
+    DeltaCallback,
+    ModelResponse,
+    PreparedRequest,
+)
 from chatledger.engine.providers._errors import (
     ModelConfigError,
     ModelConnectionError,
@@ -39,7 +46,7 @@ from chatledger.engine.providers._errors import (
     ModelResponseError,
     ModelStreamError,
 )
-from chatledger.engine.providers._wire import merge_settings, resolve_api_key
+from chatledger.engine.providers._wire import emit, merge_settings, resolve_api_key
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -48,6 +55,7 @@ __all__ = [
     "RetryPolicy",
     "SSEEvent",
     "Sleep",
+    "WireStream",
     "iter_sse",
     "load_json",
     "malformed_event",
@@ -205,7 +213,22 @@ def _advice(status: int, detail: str, api_key_env: str | None, retry_after: floa
     return "The provider rejected the request as invalid; its message says which field to fix."
 
 
-class HttpTransport:
+class _Closing:
+    """Leaving `async with` calls `aclose()` (each subclass says what entering opens)."""
+
+    async def aclose(self) -> None:
+        raise NotImplementedError
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+class HttpTransport(_Closing):
     """Sends prepared bodies over an owned or injected `httpx.AsyncClient`.
 
     An injected client is used as is and never closed here. Without one, each
@@ -241,14 +264,6 @@ class HttpTransport:
         if self._injected is None and self._owned is None:
             self._owned = httpx.AsyncClient(timeout=self._timeout or DEFAULT_TIMEOUT)
         return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         """Close the pooled client this transport owns, if any."""
@@ -391,10 +406,42 @@ def retry_policy(retry: RetryPolicy | None, max_retries: int | None) -> RetryPol
     return policy if max_retries is None else replace(policy, max_retries=max_retries)
 
 
-class PooledModel:
-    """What the HTTP adapters share: their configuration and, with `async with
-    model:`, a pooled connection over an `HttpTransport`."""
+class WireStream(Protocol):
+    """A streamed answer being assembled from its server-sent events, as a wire
+    module reads them (`AnthropicStream`, `OpenAIStream`).
 
+    Attributes:
+        item: what one event's data is called in an error (`stream event`).
+        end: the data of the event that ends the stream, for an API that sends
+            one (Chat Completions' `[DONE]`), else None.
+        done: whether the stream said it is complete.
+    """
+
+    item: ClassVar[str]
+    end: ClassVar[str | None]
+    done: bool
+
+    def feed(self, event: str, data: Any) -> list[Delta]:
+        """Take one event's name and JSON data; return the deltas it carries."""
+        ...
+
+    def result(self) -> ModelResponse:
+        """The assembled response; `ModelStreamError` if the stream never finished."""
+        ...
+
+
+class PooledModel(_Closing):
+    """What the HTTP adapters share: their configuration, sending a prepared
+    request and reading its answer, streamed or not, and, with `async with
+    model:`, a pooled connection over an `HttpTransport`.
+
+    A subclass sets `model` and `_path` (its endpoint under the base URL), and
+    says which headers carry its credentials (`_api_headers`) and how its wire
+    module reads an answer (`_parse_response`) and a stream (`_new_stream`).
+    """
+
+    model: str
+    _path: ClassVar[str]
     _transport: HttpTransport
 
     def _configure(
@@ -442,6 +489,72 @@ class PooledModel:
             rng=rng,
         )
 
+    @property
+    def name(self) -> str:
+        """`<provider>:<model>`, e.g. `openai:gpt-4o`."""
+        return f"{self._transport.provider}:{self.model}"
+
+    @property
+    def url(self) -> str:
+        """The endpoint requests go to."""
+        return f"{self.base_url}{self._path}"
+
+    async def send(
+        self, prepared: PreparedRequest, *, on_delta: DeltaCallback | None = None
+    ) -> ModelResponse:
+        """Send the prepared bytes (retrying retryable failures) and parse the answer."""
+        transport = self._transport
+        headers = {
+            "content-type": "application/json",
+            "accept": "text/event-stream" if prepared.stream else "application/json",
+            "user-agent": f"chatledger/{__version__}",
+            **self._api_headers(),
+            **self._headers,
+        }
+        if not prepared.stream:
+            data = await transport.post_json(self.url, headers, prepared.body)
+            return self._parse_response(data)
+
+        async def consume(events: AsyncIterator[SSEEvent]) -> ModelResponse:
+            state = self._new_stream()
+            async for event in events:
+                if state.end is not None and event.data.strip() == state.end:
+                    state.done = True
+                    break
+                data = load_json(
+                    event.data,
+                    provider=transport.provider,
+                    label=transport.label,
+                    what=state.item,
+                    stream=True,
+                )
+                try:
+                    deltas = state.feed(event.event, data)
+                except (KeyError, TypeError, AttributeError, ValueError) as exc:
+                    raise malformed_event(transport.provider, transport.label, event, exc) from exc
+                for delta in deltas:
+                    await emit(on_delta, delta)
+                if state.done:
+                    break
+            return state.result()
+
+        result: ModelResponse = await transport.post_stream(
+            self.url, headers, prepared.body, consume
+        )
+        return result
+
+    def _api_headers(self) -> dict[str, str]:
+        """The provider's own headers: its credentials, its API version."""
+        raise NotImplementedError
+
+    def _parse_response(self, data: Any) -> ModelResponse:
+        """A non-streamed answer, as the wire module reads it."""
+        raise NotImplementedError
+
+    def _new_stream(self) -> WireStream:
+        """The wire module's assembler of a streamed answer."""
+        raise NotImplementedError
+
     async def aclose(self) -> None:
         """Close the pooled connection opened by `async with`, if any."""
         await self._transport.aclose()
@@ -450,13 +563,8 @@ class PooledModel:
         await self._transport.__aenter__()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.model!r}, base_url={self.base_url!r})"
 
 
 class _ClientScope:

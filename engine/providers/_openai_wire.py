@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, assert_never
+from typing import Any, ClassVar, assert_never
 
 from chatledger.engine.providers._base import Delta, ModelResponse, ToolChoice, ToolSpec
 from chatledger.engine.providers._errors import (
@@ -229,6 +229,8 @@ class _CallBuffer:
 class OpenAIStream:
     """Accumulates `chat.completion.chunk`s into the response they spell out."""
 
+    item: ClassVar[str] = "stream chunk"
+    end: ClassVar[str | None] = "[DONE]"
     text: list[str] = field(default_factory=list)
     reasoning: list[str] = field(default_factory=list)
     calls: dict[Any, _CallBuffer] = field(default_factory=dict)
@@ -237,8 +239,9 @@ class OpenAIStream:
     model_name: str | None = None
     done: bool = False
 
-    def feed(self, chunk: Any) -> list[Delta]:
-        """Take one chunk; return the deltas it carries, in order."""
+    def feed(self, event: str, chunk: Any) -> list[Delta]:
+        """Take one chunk (its `event` name says nothing here); return the deltas it
+        carries, in order."""
         if not isinstance(chunk, dict):
             raise self._malformed(chunk)
         if "error" in chunk:

@@ -17,6 +17,7 @@ __all__ = [
     "emit",
     "encode_body",
     "merge_settings",
+    "request_body",
     "resolve_api_key",
     "tool_arguments",
     "tool_arguments_text",
@@ -39,6 +40,28 @@ def encode_body(body: Mapping[str, Any], *, provider: str) -> bytes:
             f"schemas must hold plain JSON values, and text must be valid Unicode.",
             provider=provider,
         ) from exc
+
+
+def request_body(
+    head: Mapping[str, Any],
+    *,
+    tools: list[dict[str, Any]],
+    tool_choice: Any,
+    settings: Mapping[str, Any],
+    stream: Mapping[str, Any],
+    provider: str,
+) -> bytes:
+    """`encode_body` of a request in the order both APIs take it: `head` (the model
+    and the messages), the tools and the tool choice when there are any, the
+    settings, then the `stream` fields (empty for a request that is not streamed)."""
+    body = dict(head)
+    if tools:
+        body["tools"] = tools
+    if tool_choice is not None:
+        body["tool_choice"] = tool_choice
+    body.update(settings)
+    body.update(stream)
+    return encode_body(body, provider=provider)
 
 
 def tool_arguments(call: ToolCall) -> dict[str, Any]:

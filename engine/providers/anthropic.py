@@ -10,28 +10,15 @@ Requests go to `POST {base_url}/v1/messages` with `anthropic-version: 2023-06-01
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
 
-from chatledger import __version__
 from chatledger.engine.providers import _anthropic_wire as wire
-from chatledger.engine.providers._base import (
-    DeltaCallback,
-    ModelRequest,
-    ModelResponse,
-    PreparedRequest,
-)
-from chatledger.engine.providers._http import (
-    PooledModel,
-    RetryPolicy,
-    Sleep,
-    SSEEvent,
-    load_json,
-    malformed_event,
-)
-from chatledger.engine.providers._wire import emit, encode_body, merge_settings
+from chatledger.engine.providers._base import ModelRequest, ModelResponse, PreparedRequest
+from chatledger.engine.providers._http import PooledModel, RetryPolicy, Sleep
+from chatledger.engine.providers._wire import merge_settings, request_body
 
 __all__ = ["AnthropicModel"]
 
@@ -62,6 +49,8 @@ class AnthropicModel(PooledModel):
     Use `async with model:` to pool connections across requests; otherwise
     each request opens and closes its own connection.
     """
+
+    _path = "/v1/messages"
 
     def __init__(
         self,
@@ -100,16 +89,6 @@ class AnthropicModel(PooledModel):
             rng=rng,
         )
 
-    @property
-    def name(self) -> str:
-        """`anthropic:<model>`."""
-        return f"anthropic:{self.model}"
-
-    @property
-    def url(self) -> str:
-        """The endpoint requests go to."""
-        return f"{self.base_url}/v1/messages"
-
     def prepare(self, request: ModelRequest, *, stream: bool = False) -> PreparedRequest:
         """Build the exact Messages body. Pure: no I/O."""
         settings = merge_settings(
@@ -120,67 +99,28 @@ class AnthropicModel(PooledModel):
             provider=wire.PROVIDER,
         )
         system, messages = wire.messages_to_wire(request.messages)
-        body: dict[str, Any] = {"model": self.model, "max_tokens": settings.pop("max_tokens")}
+        head: dict[str, Any] = {"model": self.model, "max_tokens": settings.pop("max_tokens")}
         if system:
-            body["system"] = system
-        body["messages"] = messages
-        if request.tools:
-            body["tools"] = wire.tools_to_wire(request.tools)
-        choice = wire.tool_choice_to_wire(request.tool_choice, request.tools)
-        if choice is not None:
-            body["tool_choice"] = choice
-        body.update(settings)
-        if stream:
-            body["stream"] = True
-        return PreparedRequest(
-            request=request, body=encode_body(body, provider=wire.PROVIDER), stream=stream
+            head["system"] = system
+        head["messages"] = messages
+        body = request_body(
+            head,
+            tools=wire.tools_to_wire(request.tools),
+            tool_choice=wire.tool_choice_to_wire(request.tool_choice, request.tools),
+            settings=settings,
+            stream={"stream": True} if stream else {},
+            provider=wire.PROVIDER,
         )
+        return PreparedRequest(request=request, body=body, stream=stream)
 
-    async def send(
-        self, prepared: PreparedRequest, *, on_delta: DeltaCallback | None = None
-    ) -> ModelResponse:
-        """Send the prepared bytes (retrying retryable failures) and parse the answer."""
-        headers = self._request_headers(stream=prepared.stream)
-        if not prepared.stream:
-            data = await self._transport.post_json(self.url, headers, prepared.body)
-            return wire.parse_response(data)
-
-        async def consume(events: AsyncIterator[SSEEvent]) -> ModelResponse:
-            state = wire.AnthropicStream()
-            async for event in events:
-                data = load_json(
-                    event.data,
-                    provider=wire.PROVIDER,
-                    label=wire.LABEL,
-                    what="stream event",
-                    stream=True,
-                )
-                try:
-                    deltas = state.feed(event.event, data)
-                except (KeyError, TypeError, AttributeError, ValueError) as exc:
-                    raise malformed_event(wire.PROVIDER, wire.LABEL, event, exc) from exc
-                for delta in deltas:
-                    await emit(on_delta, delta)
-                if state.done:
-                    break
-            return state.result()
-
-        result: ModelResponse = await self._transport.post_stream(
-            self.url, headers, prepared.body, consume
-        )
-        return result
-
-    def _request_headers(self, *, stream: bool) -> dict[str, str]:
-        headers = {
-            "content-type": "application/json",
-            "accept": "text/event-stream" if stream else "application/json",
-            "anthropic-version": API_VERSION,
-            "user-agent": f"chatledger/{__version__}",
-        }
+    def _api_headers(self) -> dict[str, str]:
+        headers = {"anthropic-version": API_VERSION}
         if self.api_key:
             headers["x-api-key"] = self.api_key
-        headers.update(self._headers)
         return headers
 
-    def __repr__(self) -> str:
-        return f"AnthropicModel({self.model!r}, base_url={self.base_url!r})"
+    def _parse_response(self, data: Any) -> ModelResponse:
+        return wire.parse_response(data)
+
+    def _new_stream(self) -> wire.AnthropicStream:
+        return wire.AnthropicStream()

@@ -12,28 +12,15 @@ vLLM, llama.cpp server, Ollama, LiteLLM.
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
 
-from chatledger import __version__
 from chatledger.engine.providers import _openai_wire as wire
-from chatledger.engine.providers._base import (
-    DeltaCallback,
-    ModelRequest,
-    ModelResponse,
-    PreparedRequest,
-)
-from chatledger.engine.providers._http import (
-    PooledModel,
-    RetryPolicy,
-    Sleep,
-    SSEEvent,
-    load_json,
-    malformed_event,
-)
-from chatledger.engine.providers._wire import emit, encode_body, merge_settings
+from chatledger.engine.providers._base import ModelRequest, ModelResponse, PreparedRequest
+from chatledger.engine.providers._http import PooledModel, RetryPolicy, Sleep
+from chatledger.engine.providers._wire import merge_settings, request_body
 
 __all__ = ["OpenAIChatModel"]
 
@@ -63,6 +50,8 @@ class OpenAIChatModel(PooledModel):
     Use `async with model:` to pool connections across requests; otherwise
     each request opens and closes its own connection.
     """
+
+    _path = "/chat/completions"
 
     def __init__(
         self,
@@ -101,84 +90,29 @@ class OpenAIChatModel(PooledModel):
             rng=rng,
         )
 
-    @property
-    def name(self) -> str:
-        """`openai:<model>`."""
-        return f"openai:{self.model}"
-
-    @property
-    def url(self) -> str:
-        """The endpoint requests go to."""
-        return f"{self.base_url}/chat/completions"
-
     def prepare(self, request: ModelRequest, *, stream: bool = False) -> PreparedRequest:
         """Build the exact Chat Completions body. Pure: no I/O."""
         settings = merge_settings(
             self.settings, request.settings, reserved=_RESERVED, provider=wire.PROVIDER
         )
-        body: dict[str, Any] = {
-            "model": self.model,
-            "messages": wire.messages_to_wire(request.messages),
-        }
-        if request.tools:
-            body["tools"] = wire.tools_to_wire(request.tools)
-        choice = wire.tool_choice_to_wire(request.tool_choice, request.tools)
-        if choice is not None:
-            body["tool_choice"] = choice
-        body.update(settings)
-        if stream:
-            body["stream"] = True
-            if self.stream_usage:
-                body["stream_options"] = {"include_usage": True}
-        return PreparedRequest(
-            request=request, body=encode_body(body, provider=wire.PROVIDER), stream=stream
+        stream_fields: dict[str, Any] = {"stream": True} if stream else {}
+        if stream and self.stream_usage:
+            stream_fields["stream_options"] = {"include_usage": True}
+        body = request_body(
+            {"model": self.model, "messages": wire.messages_to_wire(request.messages)},
+            tools=wire.tools_to_wire(request.tools),
+            tool_choice=wire.tool_choice_to_wire(request.tool_choice, request.tools),
+            settings=settings,
+            stream=stream_fields,
+            provider=wire.PROVIDER,
         )
+        return PreparedRequest(request=request, body=body, stream=stream)
 
-    async def send(
-        self, prepared: PreparedRequest, *, on_delta: DeltaCallback | None = None
-    ) -> ModelResponse:
-        """Send the prepared bytes (retrying retryable failures) and parse the answer."""
-        headers = self._request_headers(stream=prepared.stream)
-        if not prepared.stream:
-            data = await self._transport.post_json(self.url, headers, prepared.body)
-            return wire.parse_response(data)
+    def _api_headers(self) -> dict[str, str]:
+        return {"authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
-        async def consume(events: AsyncIterator[SSEEvent]) -> ModelResponse:
-            state = wire.OpenAIStream()
-            async for event in events:
-                if event.data.strip() == "[DONE]":
-                    state.done = True
-                    break
-                chunk = load_json(
-                    event.data,
-                    provider=wire.PROVIDER,
-                    label=wire.LABEL,
-                    what="stream chunk",
-                    stream=True,
-                )
-                try:
-                    deltas = state.feed(chunk)
-                except (KeyError, TypeError, AttributeError, ValueError) as exc:
-                    raise malformed_event(wire.PROVIDER, wire.LABEL, event, exc) from exc
-                for delta in deltas:
-                    await emit(on_delta, delta)
-            return state.result()
+    def _parse_response(self, data: Any) -> ModelResponse:
+        return wire.parse_response(data)
 
-        result: ModelResponse = await self._transport.post_stream(
-            self.url, headers, prepared.body, consume
-        )
-        return result
-
-    def _request_headers(self, *, stream: bool) -> dict[str, str]:
-        headers = {
-            "content-type": "application/json",
-            "accept": "text/event-stream" if stream else "application/json",
-            "user-agent": f"chatledger/{__version__}",
-        }
-        if self.api_key:
-            headers["authorization"] = f"Bearer {self.api_key}"
-        headers.update(self._headers)
-        return headers
-
-    def __repr__(self) -> str:
-        return f"OpenAIChatModel({self.model!r}, base_url={self.base_url!r})"
+    def _new_stream(self) -> wire.OpenAIStream:
+        return wire.OpenAIStream()
