@@ -18,8 +18,9 @@ them.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from chatledger.engine._values import Hit, context_block, given_hits, model_request
 from chatledger.engine.agent import Agent
@@ -27,6 +28,8 @@ from chatledger.engine.providers import ModelRequest, PreparedRequest
 from chatledger.store import AsyncLedger, InvalidInputError, Ledger, RecordedRequest
 
 __all__ = ["RequestCheck", "check_request", "rebuild_request", "rebuild_request_async"]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -84,13 +87,7 @@ def rebuild_request(
         hits: the retrieval hits the run was given, for an agent with a
             retriever (the agent's `context_filter` is applied, as the run did).
     """
-    recorded = ledger.audit.model_request(
-        run_id,
-        request,
-        instructions=_instructions(agent, instructions),
-        context=context_block(_given(agent, hits)),
-        history_processor=agent.history_processor,
-    )
+    recorded = _read(ledger.audit.model_request, run_id, request, agent, instructions, hits)
     return check_request(recorded, agent)
 
 
@@ -104,19 +101,28 @@ async def rebuild_request_async(
     hits: Sequence[Hit] = (),
 ) -> RequestCheck:
     """`rebuild_request` on an `AsyncLedger`."""
-    recorded = await ledger.audit.model_request(
-        run_id,
-        request,
-        instructions=_instructions(agent, instructions),
-        context=context_block(_given(agent, hits)),
-        history_processor=agent.history_processor,
-    )
+    recorded = await _read(ledger.audit.model_request, run_id, request, agent, instructions, hits)
     return check_request(recorded, agent)
 
 
-def _given(agent: Agent, hits: Sequence[Hit]) -> list[Hit]:
-    """The hits the model was given: the retriever's, filtered as the run filtered them."""
-    return given_hits(agent.context_filter, hits)
+def _read(
+    model_request: Callable[..., T],
+    run_id: str,
+    request: int,
+    agent: Agent,
+    instructions: str | None,
+    hits: Sequence[Hit],
+) -> T:
+    """`model_request` (a `Ledger`'s or an `AsyncLedger`'s audit) for `agent`'s run: its
+    instructions, the hits it was given (the retriever's, filtered as the run filtered
+    them) and its history processor."""
+    return model_request(
+        run_id,
+        request,
+        instructions=_instructions(agent, instructions),
+        context=context_block(given_hits(agent.context_filter, hits)),
+        history_processor=agent.history_processor,
+    )
 
 
 def _instructions(agent: Agent, given: str | None) -> str:

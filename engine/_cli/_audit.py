@@ -19,7 +19,7 @@ imported when an `audit` command runs.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -64,7 +64,7 @@ def timeline(args: argparse.Namespace) -> int:
     out["items"] = [
         {**t["event"], "stage": t["stage"], "elapsedSeconds": t["elapsed"]} for t in out["items"]
     ]
-    return _print_page(args, out, _timeline_row, "No events.")
+    return _print_page(args, out, _TIMELINE_COLUMNS, "No events.")
 
 
 def request(args: argparse.Namespace) -> int:
@@ -128,13 +128,13 @@ def _refuse_without_instructions(ledger: Ledger, run_id: str) -> None:
 def tools(args: argparse.Namespace) -> int:
     page = _listing(args, Audit.tool_executions, tool_name=args.tool, status=args.status)
     out = to_json(page, Page[ToolExecution])
-    return _print_page(args, out, _tool_row, "No tool executions.")
+    return _print_page(args, out, _TOOL_COLUMNS, "No tool executions.")
 
 
 def messages(args: argparse.Namespace) -> int:
     page = _listing(args, Audit.supplied_and_repaired, origin=args.origin)
     out = to_json(page, Page[Event], exclude={"items": {"__all__": EVENT_EXCLUDE}})
-    return _print_page(args, out, _message_row, "No client or repair messages.")
+    return _print_page(args, out, _MESSAGE_COLUMNS, "No client or repair messages.")
 
 
 def lineage(args: argparse.Namespace) -> int:
@@ -200,7 +200,7 @@ def events(args: argparse.Namespace) -> int:
         failed=failed,
     )
     out = to_json(page, Page[Event], exclude={"items": {"__all__": EVENT_EXCLUDE}})
-    return _print_page(args, out, event_row, "No events.")
+    return _print_page(args, out, _EVENT_COLUMNS, "No events.")
 
 
 # -- plumbing ---------------------------------------------------------------------------
@@ -248,15 +248,14 @@ def _pages(args: argparse.Namespace, read: Callable[[Audit, str | None], Page[T]
 def _print_page(
     args: argparse.Namespace,
     out: dict[str, Any],
-    line: Callable[[dict[str, Any]], dict[str, Any]],
+    columns: Sequence[str],
     empty: str,
 ) -> int:
-    """`out`, a page as JSON data, as JSON or as a table of `line(item)` rows."""
+    """`out`, a page as JSON data, as JSON or as a table of the items' `columns`."""
     if args.json:
         print_json(out)
         return 0
-    table = [line(r) for r in out["items"]]
-    print_table(table, list(table[0]) if table else [], empty=empty)
+    print_table([_row(columns, r) for r in out["items"]], list(columns), empty=empty)
     if out["hasMore"]:
         print(f"More: --after {out['nextAfter']}")
     if out["pending"]:
@@ -285,46 +284,32 @@ def _summary(kind: str, payload: dict[str, Any]) -> str:
     return ""
 
 
+# A table row's columns, each under its heading: the item's field of that name
+# (its camelCase JSON name), or a value computed from the item.
+_FIELDS = {
+    "conversation": "conversationId",
+    "run": "runId",
+    "call": "callId",
+    "pos": "position",
+    "recorded": "recordedAt",
+    "started": "startedAt",
+    "finished": "finishedAt",
+}
+_COMPUTED: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "what": lambda r: _summary(r["kind"], r["payload"]),
+    "message": lambda r: _summary(r["kind"], r["payload"]),
+    "elapsed": lambda r: f"{r['elapsedSeconds']:.3f}s",
+}
+_EVENT_COLUMNS = ("seq", "kind", "origin", "conversation", "run", "pos", "recorded", "what")
+_TIMELINE_COLUMNS = ("elapsed", "stage", "kind", "pos", "what")
+_TOOL_COLUMNS = ("started", "name", "call", "status", "run", "finished")
+_MESSAGE_COLUMNS = ("seq", "origin", "conversation", "run", "message")
+
+
+def _row(columns: Sequence[str], r: dict[str, Any]) -> dict[str, Any]:
+    return {c: _COMPUTED[c](r) if c in _COMPUTED else r[_FIELDS.get(c, c)] for c in columns}
+
+
 def event_row(r: dict[str, Any]) -> dict[str, Any]:
     """An event's table row, for `audit events` and `chatledger tail`."""
-    return {
-        "seq": r["seq"],
-        "kind": r["kind"],
-        "origin": r["origin"],
-        "conversation": r["conversationId"],
-        "run": r["runId"],
-        "pos": r["position"],
-        "recorded": r["recordedAt"],
-        "what": _summary(r["kind"], r["payload"]),
-    }
-
-
-def _timeline_row(r: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "elapsed": f"{r['elapsedSeconds']:.3f}s",
-        "stage": r["stage"],
-        "kind": r["kind"],
-        "pos": r["position"],
-        "what": _summary(r["kind"], r["payload"]),
-    }
-
-
-def _tool_row(r: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "started": r["startedAt"],
-        "name": r["name"],
-        "call": r["callId"],
-        "status": r["status"],
-        "run": r["runId"],
-        "finished": r["finishedAt"],
-    }
-
-
-def _message_row(r: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "seq": r["seq"],
-        "origin": r["origin"],
-        "conversation": r["conversationId"],
-        "run": r["runId"],
-        "message": _summary(r["kind"], r["payload"]),
-    }
+    return _row(_EVENT_COLUMNS, r)
