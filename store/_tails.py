@@ -63,8 +63,10 @@ def extend(
         if message.role == "tool" or message.tool_calls:
             break
     else:  # the common turn, a text: nothing to repair, nothing opened or answered
+        if tail is None or not messages:  # nothing appended: the tail stands
+            return None, tail
         count = size + len(messages)
-        return None, None if tail is None else Tail(count, count - 1, tail.open)
+        return None, Tail(count, count - 1, tail.open)
     last = -1 if tail is None else tail.last
     # The calls, numbered in order: the open ones of the tail first. Per id, the
     # stack of its open calls' numbers (a result answers the most recent one).

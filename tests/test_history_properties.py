@@ -557,3 +557,17 @@ def test_an_appends_repair_from_the_tail_it_follows_is_that_of_the_whole_history
         if unknown is not None:
             assert (unknown[0] or HistoryRepair()) == expected_append_repair(history, k)
             assert unknown[1] is None
+
+
+def test_an_empty_append_leaves_the_tail_as_it_was() -> None:
+    # Found by the property above: after a result, the last turn is still the
+    # call's, and a result appended later (with nothing between) stays in place.
+    call = Message(role="assistant", tool_calls=[ToolCall(id="c0", name="f", arguments="{}")] * 2)
+    result = Message(role="tool", tool_call_id="c0", tool_name="f")
+    found = _tails.extend(_tails.EMPTY_TAIL, [Message(role="user", content="hi"), call, result])
+    assert found is not None and found[1] is not None
+    tail = found[1]
+    assert _tails.extend(tail, []) == (None, tail)
+    assert _tails.extend(None, []) == (None, None)
+    after = _tails.extend(tail, [result])
+    assert after is not None and after[0] is None  # answered in place: nothing moved
