@@ -12,6 +12,7 @@ SQLAlchemy's `run_sync` on a caller's engine (docs/adr/0015-async-fast-paths.md)
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, TypeVar
 
@@ -66,6 +67,9 @@ __all__ = ["AsyncAudit", "AsyncLedger", "AsyncRetention", "AsyncRuns", "AsyncSto
 
 T = TypeVar("T")
 
+CHECKPOINTS = 64
+"""On SQLite, one write in this many runs in a worker thread, not on the loop."""
+
 
 class AsyncStore(AsyncStoreFace):
     """The async face of `Store`: the same operations, as coroutines.
@@ -74,11 +78,16 @@ class AsyncStore(AsyncStoreFace):
     the same database (sqlite3, or psycopg 3 in its sync mode). On Postgres
     it runs the plain-SQL forms of the hot operations on psycopg async
     connections of its own, on the event loop, with no thread hop
-    (`AsyncDriverConnections`, ADR 0026); on SQLite, and on a store with a
-    key-encryption key (whose calls must stay off the loop), on that
-    synchronous engine's driver connections (`DriverConnections`, as `Store`
-    does), each in a worker thread of the store's own (`store._db.workers`): one
-    thread hop per operation, where aiosqlite takes one per statement. Every other
+    (`AsyncDriverConnections`, ADR 0026). On SQLite, a write's plain-SQL
+    form runs on the loop too, on a connection of that synchronous engine that
+    never waits (ADR 0051). It goes to a worker thread instead when another
+    writer holds the database, and for one write in every `CHECKPOINTS`, whose
+    commit runs the write-ahead log's checkpoints. A read's form, and every
+    form of a store with a key-encryption key (whose calls must stay off the
+    loop), run in a worker thread too: on that engine's driver connections
+    (`DriverConnections`, as `Store` does), in a thread of the store's own
+    (`store._db.workers`), one hop per operation where aiosqlite takes one
+    per statement. Every other
     operation, and a fast form that declines, runs the general path on that
     synchronous engine's pool, in one thread hop (ADR 0015).
 
@@ -112,6 +121,9 @@ class AsyncStore(AsyncStoreFace):
         # Set by `open` when it creates the engine (see the class docstring).
         self._sync_engine: Engine | None = None
         self._driver: DriverConnections | None = None
+        # SQLite: the fast forms of writes on the loop, when they need not wait.
+        self._on_loop: DriverConnections | None = None
+        self._loop_writes = 0
         # Postgres: the fast paths on psycopg's async connections, on the loop.
         self._native: AsyncDriverConnections | None = None
         self._replicas: Replicas | None = None
@@ -185,6 +197,8 @@ class AsyncStore(AsyncStoreFace):
             # its fast path, and the key's calls (a KMS) must stay off the loop.
             if not store._sqlite and store._sealer is None:
                 store._native = AsyncDriverConnections(engine)
+            elif store._sealer is None:
+                store._on_loop = DriverConnections(sibling, size=1, waits=False)
             if store._notifier is not None:
                 store._notifier = Notifier(connector(sibling))
         if replica_urls:
@@ -203,8 +217,9 @@ class AsyncStore(AsyncStoreFace):
             self._notifier.close(wait=False)  # no thread hop: the loop's executor may be shut
         if self._native is not None:
             await self._native.close()
-        if self._driver is not None:
-            self._driver.close()
+        for driver in (self._on_loop, self._driver):
+            if driver is not None:
+                driver.close()
         if self._replicas is not None:
             self._replicas.close()
         if self._sync_engine is not None:
@@ -265,6 +280,13 @@ class AsyncStore(AsyncStoreFace):
             self._notifier.touch()
         return done
 
+    def _loop_turn(self) -> bool:
+        """Whether a SQLite write's fast form runs on the loop: all but every
+        `CHECKPOINTS`th, which a worker's connection commits, running the
+        write-ahead log's checkpoint when one is due (ADR 0051)."""
+        self._loop_writes = (self._loop_writes + 1) % CHECKPOINTS
+        return self._loop_writes != 0
+
     async def _run(self, op: Op[T]) -> T:
         fast = self.fast_paths
         driver = self._driver
@@ -273,6 +295,14 @@ class AsyncStore(AsyncStoreFace):
         if direct is not None and self._native is not None:
             with translating(op.action):
                 tried, done = await self._native.run(direct)
+            if done is not None:
+                return done
+        if direct is not None and op.write and self._on_loop is not None and self._loop_turn():
+            with translating(op.action):
+                tried, done = self._on_loop.run(True, direct)
+            # The loop's other tasks get their turn, as after a round trip: a task
+            # appending in a loop would otherwise hold the loop between checkpoints.
+            await asyncio.sleep(0)
             if done is not None:
                 return done
         if direct is not None and driver is not None and not tried:

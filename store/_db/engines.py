@@ -186,6 +186,8 @@ def _replace_if_cut_off(dbapi_connection: Any, _record: Any, _proxy: Any) -> Non
         raise sa_exc.DisconnectionError("The server closed the connection while it was idle.")
 
 
+_SQLITE_BUSY = 5  # another connection holds the lock a statement needs
+
 # A SQLite engine's lock for its writers, and how long one waits on it.
 _WRITERS: weakref.WeakKeyDictionary[Engine, tuple[threading.RLock, float]] = (
     weakref.WeakKeyDictionary()
@@ -203,24 +205,26 @@ os.register_at_fork(after_in_child=_unheld_in_child)
 
 
 @contextlib.contextmanager
-def sqlite_writer(engine: Engine, write: bool = True) -> Iterator[None]:
+def sqlite_writer(engine: Engine, write: bool = True, *, wait: bool = True) -> Iterator[bool]:
     """A write transaction's turn among the writers of `engine` in this process
-    (nothing for a read, which SQLite's WAL never makes wait).
+    (nothing for a read, which SQLite's WAL never makes wait); yields whether
+    the transaction may go on.
 
     Each waits on a lock, woken as the one before it ends, where SQLite's busy
     handler would sleep it 1 to 100 ms at a time. One that has waited out the
     busy timeout goes on to SQLite's handler (which then waits no longer, or
     reports the database busy, as without the lock); writers in other processes
-    meet only that handler. Nothing on an engine without `install_sqlite_hooks`.
+    meet only that handler. Without `wait`, a writer that would wait does not
+    go on (False). Nothing on an engine without `install_sqlite_hooks`.
     """
     found = _WRITERS.get(engine) if write else None
     if found is None:
-        yield
+        yield True
         return
     lock, timeout = found
-    turn = lock.acquire(timeout=timeout)
+    turn = lock.acquire(timeout=timeout) if wait else lock.acquire(blocking=False)
     try:
-        yield
+        yield turn or wait
     finally:
         if turn:
             lock.release()
@@ -304,11 +308,20 @@ class DriverConnections:
     `BEGIN`, and `COMMIT`; on Postgres the connections are in autocommit mode,
     with generic plans (`GENERIC_PLANS`), and the function runs one
     self-contained statement.
+
+    Without `waits` (SQLite only: the connections an event loop runs on, ADR
+    0051), `run` also declines a write that would wait for another writer, of
+    this process (`sqlite_writer`) or of another (its connections have no busy
+    timeout), and their commits leave the write-ahead log's checkpoints to the
+    store's other connections (`wal_autocheckpoint=0`).
     """
 
-    def __init__(self, engine: Engine, size: int = 8, recycle: float = 1800.0) -> None:
+    def __init__(
+        self, engine: Engine, size: int = 8, recycle: float = 1800.0, *, waits: bool = True
+    ) -> None:
         self._engine = engine
         self._sqlite = is_sqlite(engine)
+        self._waits = waits
         self._recycle = recycle
         self._idle: list[tuple[float, Any]] = []
         self._size = size
@@ -336,8 +349,10 @@ class DriverConnections:
                     if not self._sqlite:
                         done = fn(cursor)  # one statement, atomic by itself
                     else:
-                        with sqlite_writer(self._engine, write):
-                            cursor.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+                        with sqlite_writer(self._engine, write, wait=self._waits) as turn:
+                            if not turn or not self._begin(cursor, write):
+                                healthy = True
+                                return False, None  # another writer's turn: declined
                             try:
                                 done = fn(cursor)
                                 cursor.execute("ROLLBACK" if done is None else "COMMIT")
@@ -356,6 +371,17 @@ class DriverConnections:
         finally:
             with self._lock:
                 self._in_use -= 1
+
+    def _begin(self, cursor: Any, write: bool) -> bool:
+        """SQLite's BEGIN; False when it found another process writing and must not wait."""
+        try:
+            cursor.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        except self._engine.dialect.loaded_dbapi.OperationalError as error:
+            code = getattr(error, "sqlite_errorcode", None)  # extended: BUSY_RECOVERY...
+            if self._waits or code is None or code & 0xFF != _SQLITE_BUSY:
+                raise
+            return False
+        return True
 
     def close(self) -> None:
         """Close the idle connections; those in use close when they come back."""
@@ -390,6 +416,13 @@ class DriverConnections:
             fairy.invalidate()
             fairy = self._connect()
         fairy.detach()
+        if self._sqlite and not self._waits:
+            try:
+                for pragma in ("busy_timeout=0", "wal_autocheckpoint=0"):
+                    fairy.dbapi_connection.execute(f"PRAGMA {pragma}")
+            except BaseException:
+                _close(fairy)
+                raise
         if not self._sqlite:
             dialect = self._engine.dialect
             try:

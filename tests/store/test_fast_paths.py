@@ -146,6 +146,9 @@ async def async_chat_loop(store: AsyncStore, tenant: str) -> tuple[list[Any], li
     log, and the connections the chat loop took out of a pool."""
     ledger = store.tenant(tenant)
     conv = await ledger.create_conversation({"k": "v"})
+    # A write and a read: each kind of the store's own connections is taken out
+    # of the pool once, before the loop (on SQLite, a write's on the event loop).
+    await ledger.history(conv.id)
     steps: list[Any] = []
     with checkouts() as taken:
         for position, text in enumerate(["one", "two", "three", "four"], start=1):
