@@ -13,7 +13,7 @@ SQLAlchemy's `run_sync` on a caller's engine (docs/adr/0015-async-fast-paths.md)
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, TypeVar
 
 from sqlalchemy.engine import Engine
@@ -67,8 +67,9 @@ __all__ = ["AsyncAudit", "AsyncLedger", "AsyncRetention", "AsyncRuns", "AsyncSto
 
 T = TypeVar("T")
 
-CHECKPOINTS = 64
-"""On SQLite, one write in this many runs in a worker thread, not on the loop."""
+CHECKPOINTS = 256
+"""On SQLite, after this many writes committed on the loop, the write-ahead log's
+checkpoint runs in a worker thread."""
 
 
 class AsyncStore(AsyncStoreFace):
@@ -81,8 +82,9 @@ class AsyncStore(AsyncStoreFace):
     (`AsyncDriverConnections`, ADR 0026). On SQLite, a write's plain-SQL
     form runs on the loop too, on a connection of that synchronous engine that
     never waits (ADR 0051). It goes to a worker thread instead when another
-    writer holds the database, and for one write in every `CHECKPOINTS`, whose
-    commit runs the write-ahead log's checkpoints. A read's form, and every
+    writer holds the database, or the loop's connection is not open (it is
+    opened and closed in a worker); after every `CHECKPOINTS` commits on the
+    loop, the write-ahead log's checkpoint runs in a worker. A read's form, and every
     form of a store with a key-encryption key (whose calls must stay off the
     loop), run in a worker thread too: on that engine's driver connections
     (`DriverConnections`, as `Store` does), in a thread of the store's own
@@ -123,7 +125,7 @@ class AsyncStore(AsyncStoreFace):
         self._driver: DriverConnections | None = None
         # SQLite: the fast forms of writes on the loop, when they need not wait.
         self._on_loop: DriverConnections | None = None
-        self._loop_writes = 0
+        self._loop_commits = 0
         # Postgres: the fast paths on psycopg's async connections, on the loop.
         self._native: AsyncDriverConnections | None = None
         self._replicas: Replicas | None = None
@@ -280,12 +282,28 @@ class AsyncStore(AsyncStoreFace):
             self._notifier.touch()
         return done
 
-    def _loop_turn(self) -> bool:
-        """Whether a SQLite write's fast form runs on the loop: all but every
-        `CHECKPOINTS`th, which a worker's connection commits, running the
-        write-ahead log's checkpoint when one is due (ADR 0051)."""
-        self._loop_writes = (self._loop_writes + 1) % CHECKPOINTS
-        return self._loop_writes != 0
+    async def _committed_on_loop(self) -> None:
+        """Count a commit on the loop's connection, which runs no checkpoint: every
+        `CHECKPOINTS`th runs one, passive, in a worker thread (ADR 0051)."""
+        self._loop_commits += 1
+        if self._loop_commits >= CHECKPOINTS:
+            self._loop_commits = 0
+            await self._workers.run(self._checkpoint)
+
+    def _checkpoint(self) -> None:
+        assert self._sync_engine is not None
+        raw = self._sync_engine.raw_connection()  # in autocommit: no transaction around it
+        try:
+            raw.driver_connection.execute("PRAGMA wal_checkpoint(PASSIVE)")  # type: ignore[union-attr]
+        finally:
+            raw.close()
+
+    def _primed(self, write: bool, fn: Callable[[Any], T | None]) -> tuple[bool, T | None]:
+        """`DriverConnections.run` in a worker, once the loop's connection is open (it
+        opens none on the loop)."""
+        assert self._on_loop is not None and self._driver is not None
+        self._on_loop.prime()
+        return self._driver.run(write, fn)
 
     async def _run(self, op: Op[T]) -> T:
         fast = self.fast_paths
@@ -297,17 +315,23 @@ class AsyncStore(AsyncStoreFace):
                 tried, done = await self._native.run(direct)
             if done is not None:
                 return done
-        if direct is not None and op.write and self._on_loop is not None and self._loop_turn():
+        on_loop = direct is not None and op.write and self._on_loop is not None
+        if on_loop:
+            assert self._on_loop is not None and direct is not None
             with translating(op.action):
                 tried, done = self._on_loop.run(True, direct)
-            # The loop's other tasks get their turn, as after a round trip: a task
-            # appending in a loop would otherwise hold the loop between checkpoints.
-            await asyncio.sleep(0)
+            if tried:
+                # The loop's other tasks get their turn, as after a round trip: a task
+                # appending in a loop would otherwise hold the loop until a hop.
+                await asyncio.sleep(0)
             if done is not None:
+                await self._committed_on_loop()
                 return done
         if direct is not None and driver is not None and not tried:
+            # Declined on the loop: in a worker, where the loop's connection opens too.
+            run = self._primed if on_loop else driver.run
             with translating(op.action):
-                ran: tuple[bool, T | None] = await self._workers.run(driver.run, op.write, direct)
+                ran: tuple[bool, T | None] = await self._workers.run(run, op.write, direct)
             tried, done = ran
             if done is not None:
                 return done

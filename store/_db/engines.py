@@ -333,14 +333,18 @@ class DriverConnections:
     def run(self, write: bool, fn: Callable[[Any], T | None]) -> tuple[bool, T | None]:
         """`fn(cursor)` in its own transaction, committed unless it returns None or raises.
 
-        Returns (False, None) without running it when every connection is in use.
+        Returns (False, None) without running it when every connection is in use
+        (or, without `waits`, none is open: see `prime`).
         """
         with self._lock:
             if self._in_use >= self._size:
                 return False, None
             self._in_use += 1
         try:
-            born, fairy = self._take()
+            taken = self._take()
+            if taken is None:
+                return False, None
+            born, fairy = taken
             healthy = False
             try:
                 dbapi = fairy.dbapi_connection
@@ -396,7 +400,19 @@ class DriverConnections:
                 return
             _close(idle)
 
-    def _take(self) -> tuple[float, Any]:
+    def prime(self) -> None:
+        """Open a connection for `run` unless a fresh one is idle, closing a stale one:
+        without `waits`, `run` opens and closes none itself (opening may wait for the
+        pool, and closing the last connection checkpoints the log), so a caller that
+        must not wait has this done where it may."""
+        taken = self._take(opening=True)
+        if taken is not None:
+            self._give(*taken, healthy=True)
+
+    def _take(self, opening: bool | None = None) -> tuple[float, Any] | None:
+        """An idle connection, else a new one; without `waits` (unless `opening`),
+        None where one would be opened or closed."""
+        opening = self._waits if opening is None else opening
         if os.getpid() != self._pid:  # a forked child must not share its parent's
             self._idle, self._pid = [], os.getpid()
         while True:
@@ -408,7 +424,12 @@ class DriverConnections:
                 self._sqlite or not cut_off(idle.dbapi_connection)
             ):
                 return born, idle
+            if not opening:
+                self._idle.append((born, idle))
+                return None
             _close(idle)
+        if not opening:
+            return None
         fairy = self._connect()
         for _ in range(2):  # only for an engine of the caller's: ours checks on checkout
             if self._sqlite or not cut_off(fairy.dbapi_connection):

@@ -24,6 +24,7 @@ import sqlalchemy as sa
 
 from chatledger.store import AsyncLedger, AsyncStore, Message
 from chatledger.store._async import CHECKPOINTS
+from chatledger.store._db import engines
 from chatledger.store._db.engines import DriverConnections, create_engine, sqlite_writer
 from chatledger.store._db.workers import Workers
 
@@ -37,15 +38,19 @@ async def store(sqlite_url: str) -> AsyncIterator[AsyncStore]:
         yield opened
 
 
+FORM = "AsyncStore._primed"  # a write's fast form declined on the loop, in a worker
+CHECKPOINT = "AsyncStore._checkpoint"
+
+
 @contextmanager
 def hops(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """The fast forms handed to a worker thread, one entry each, as they are handed over."""
+    """What is handed to a worker thread (`FORM`, `CHECKPOINT`, or another call's
+    name), as it is handed over."""
     seen: list[str] = []
     real = Workers.run
 
     async def counting(self: Workers, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
-        if getattr(fn, "__qualname__", "") == "DriverConnections.run":
-            seen.append("hop")
+        seen.append(getattr(fn, "__qualname__", repr(fn)))
         return await real(self, fn, *args, **kwargs)
 
     with monkeypatch.context() as patch:
@@ -55,7 +60,7 @@ def hops(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
 
 async def handed_over(seen: list[str]) -> None:
     async def first() -> None:
-        while not seen:
+        while FORM not in seen:
             await asyncio.sleep(0)  # a turn of the loop: the append's task runs
 
     await asyncio.wait_for(first(), WAIT)
@@ -65,19 +70,18 @@ def say(text: str) -> list[Message]:
     return [Message(role="user", content=text)]
 
 
-async def test_writes_run_on_the_loop_and_every_nth_in_a_worker(
+async def test_writes_run_on_the_loop_and_the_logs_checkpoints_in_a_worker(
     store: AsyncStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ledger = store.tenant("on-loop")
     with hops(monkeypatch) as seen:
         conv = await ledger.create_conversation()
-        writes = 1
-        for i in range(2 * CHECKPOINTS + 3):
+        assert seen == [FORM]  # the first: the loop's connection is opened in the worker
+        for i in range(2 * CHECKPOINTS):
             await ledger.append_messages(conv.id, say(f"m{i}"), expected=i + 1)
-            writes += 1
-        assert len(seen) == writes // CHECKPOINTS == 2
+        assert seen == [FORM, CHECKPOINT, CHECKPOINT]
     history = await ledger.history(conv.id)
-    assert [m.content for m in history] == [f"m{i}" for i in range(2 * CHECKPOINTS + 3)]
+    assert [m.content for m in history] == [f"m{i}" for i in range(2 * CHECKPOINTS)]
     # The loop's connection neither waits for a lock nor runs checkpoints.
     assert store._on_loop is not None
     pragmas = store._on_loop.run(
@@ -113,19 +117,57 @@ async def test_a_task_appending_on_the_loop_gives_the_others_their_turns(
     assert turns - before >= CHECKPOINTS // 2
 
 
-async def test_the_logs_checkpoints_still_run(store: AsyncStore, sqlite_url: str) -> None:
-    # The loop's commits leave the write-ahead log growing; the worker's commit
-    # that every CHECKPOINTS-th write makes copies it into the database file,
-    # once it holds SQLite's 1,000 pages.
+async def test_the_logs_checkpoints_run_whatever_else_is_written(
+    store: AsyncStore, sqlite_url: str
+) -> None:
+    # The loop's commits leave the write-ahead log growing; the checkpoint after
+    # each CHECKPOINTS of them copies it into the database file, whatever the
+    # writes between do (a replay, committing nothing, goes to the worker).
     path = Path(sa.make_url(sqlite_url).database or "")
     before = os.path.getsize(path)
     ledger = store.tenant("checkpoints")
     conv = await ledger.create_conversation()
-    big = "x" * 40_000
-    for i in range(3 * CHECKPOINTS):
-        await ledger.append_messages(conv.id, say(f"{i} {big}"))
+    big = "x" * 10_000
+    for i in range(2 * CHECKPOINTS):
+        for _ in range(2):  # the second: a replay
+            await ledger.append_messages(conv.id, say(f"{i} {big}"), idempotency_key=f"k{i}")
     grown = os.path.getsize(path) - before
     assert grown > 4 * 1024 * 1024, grown  # more than 1,000 pages of 4 KiB reached the file
+    assert len(await ledger.history(conv.id)) == 2 * CHECKPOINTS
+
+
+async def test_the_loop_opens_and_closes_no_connection(
+    store: AsyncStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Opening one may wait for the pool (or for SQLite, in its connect-time
+    # settings), and closing the last one checkpoints the log: both in a worker.
+    loop_thread = threading.current_thread()
+    used_on: list[tuple[str, threading.Thread]] = []
+    connect, close = DriverConnections._connect, engines._close
+
+    def connecting(self: DriverConnections) -> Any:
+        used_on.append(("open", threading.current_thread()))
+        return connect(self)
+
+    def closing(fairy: Any) -> None:
+        used_on.append(("close", threading.current_thread()))
+        close(fairy)
+
+    monkeypatch.setattr(DriverConnections, "_connect", connecting)
+    monkeypatch.setattr(engines, "_close", closing)
+    ledger = store.tenant("opening")
+    conv = await ledger.create_conversation()
+    assert store._on_loop is not None
+    store._on_loop._recycle = 0.0  # its connection is due to be replaced
+    await ledger.append_messages(conv.id, say("replaced"))
+    store._on_loop._recycle = 1800.0
+    used = [what for what, _ in used_on]
+    with hops(monkeypatch) as seen:
+        for i in range(3):
+            await ledger.append_messages(conv.id, say(f"m{i}"))
+        assert seen == []  # on the loop again, on the new connection
+    assert used.count("open") >= 2 and "close" in used
+    assert all(thread is not loop_thread for _, thread in used_on)
 
 
 class Holder:
@@ -218,6 +260,9 @@ def test_a_connection_that_must_not_wait_declines_a_taken_lock(sqlite_url: str) 
             cursor.execute("SELECT count(*) FROM chatledger_events")
             return int(cursor.fetchone()[0])
 
+        assert connections.run(False, count) == (False, None)  # it opens none itself
+        connections.prime()
+        assert connections.run(False, count) == (True, 0)
         other.execute("BEGIN IMMEDIATE")
         assert connections.run(True, count) == (False, None)  # declined, nothing ran
         assert connections.run(False, count) == (True, 0)  # a read never waits
