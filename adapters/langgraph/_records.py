@@ -60,6 +60,7 @@ from chatledger.store import Event, Position
 
 __all__ = [
     "NO_MESSAGES",
+    "Memo",
     "Messages",
     "Put",
     "Thread",
@@ -71,6 +72,8 @@ __all__ = [
 
 Typed = tuple[str, bytes]
 MessageAt = Callable[[Position], BaseMessage]
+Memo = dict[str, tuple[list[BaseMessage], int]]
+"""A record's messages list, rebuilt: the first `n` of a list (which later ones extend)."""
 """The LangChain message stored at a position of the conversation's log."""
 
 
@@ -371,7 +374,7 @@ class Thread:
         serde: SerializerProtocol,
         channel: str,
         message_at: MessageAt,
-        memo: dict[str, list[BaseMessage]] | None = None,
+        memo: Memo | None = None,
     ) -> Checkpoint:
         """The checkpoint rebuilt: every channel its versions name, from the chain.
 
@@ -414,7 +417,7 @@ class Thread:
         serde: SerializerProtocol,
         channel: str,
         message_at: MessageAt,
-        memo: dict[str, list[BaseMessage]] | None,
+        memo: Memo | None,
     ) -> tuple[bool, Any]:
         """The value of version `version` of channel `name`, from the nearest record of
         `chain` that wrote it; (False, None) when none did, or it wrote no value.
@@ -450,20 +453,27 @@ class Thread:
                 break
             parent = chain[i]
             if memo is not None and parent.id in memo:
-                base = memo[parent.id]
+                kept, size = memo[parent.id]
+                base = kept[:size]  # a copy: this call's list grows in place
                 break
             version = parent.versions(serde).get(name)
             if version is None:
                 break
+        # Applied oldest first, each in time linear in what it adds: a list grows in
+        # place (each record's list a prefix of it, for `memo`), and only a removal
+        # makes a new one.
+        base = list(base)  # the stored list's, or the memo's: not to be changed
         for put, delta in reversed(deltas):
-            removed = set(delta["removed"])
+            if delta["removed"]:
+                removed = set(delta["removed"])
+                base = [m for m in base if m.id not in removed]
             count = delta["added"]
             at = put.position
-            base = [m for m in base if m.id not in removed] + [
+            base.extend(
                 message_at(Position(at.branch_id, at.position - count + k)) for k in range(count)
-            ]
+            )
             if memo is not None:
-                memo[put.id] = base
+                memo[put.id] = (base, len(base))
         return True, list(base)
 
 

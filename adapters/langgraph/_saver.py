@@ -17,7 +17,8 @@
   for no write. (A thread written before keeps its earlier writes as records of
   its own conversation; reads take both.)
 - Reads (`get_tuple`, `list`) read the two conversations' state changes and the
-  messages of the checkpoint's history, and rebuild each checkpoint from them.
+  messages of the checkpoint's history, and rebuild each checkpoint from them;
+  a saver keeps both while the conversations' heads stand (ADR 0049, 0052).
 - `delete_thread`, `delete_for_runs` and `prune` hide checkpoints (the log is
   append-only; `delete_thread` their writes too); `copy_thread` forks each
   namespace's two conversations, sharing the log. Erasing the thread's subject
@@ -54,6 +55,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from chatledger.adapters._handles import require_ledger
 from chatledger.adapters.langgraph._records import (
     NO_MESSAGES,
+    Memo,
     Messages,
     Thread,
     encode_put,
@@ -70,6 +72,7 @@ from chatledger.store import (
     Expected,
     InvalidInputError,
     Ledger,
+    Message,
     NotFoundError,
     Position,
 )
@@ -84,6 +87,7 @@ _WRITES = "langgraph-writes:"  # a thread's pending writes: a conversation besid
 _RETRIES = 32
 _KEPT = 256  # messages lists remembered, for puts that follow a checkpoint this saver saw
 _THREADS_KEPT = 128  # conversations whose records are kept (two a thread), the last used
+_MESSAGES_KEPT = 20_000  # stored messages kept across reads, of those conversations
 _UNSEEN: Any = object()  # a checkpoint whose messages list the saver does not know
 
 
@@ -145,6 +149,10 @@ class _Kept:
 
 class _Erased(Exception):
     """A thread whose messages read as erased markers: its subject was erased."""
+
+
+class _Unread(Exception):
+    """A message the saver has not kept: the history is read from the log."""
 
 
 def _key(thread_id: str, namespace: str, prefix: str = _PREFIX) -> str:
@@ -218,7 +226,12 @@ class Saver(BaseCheckpointSaver[str]):
         self._tips: dict[str, str | None] = {}  # conversation id -> its head's tip, last seen
         # conversation id -> its records as of a head (reads skip them while it stands)
         self._threads: OrderedDict[str, _Kept] = OrderedDict()
-        self._keeping = threading.Lock()  # over what is kept: `_threads` and `_lists`
+        self._keeping = threading.Lock()  # over what is kept: `_threads`, `_stored`, `_lists`
+        # conversation id -> its stored messages by (branch, position), while its records
+        # are kept: a position's message never changes, but for an erasure, which the
+        # records' head check sees (ADR 0049)
+        self._stored: OrderedDict[str, dict[tuple[str, int], Message]] = OrderedDict()
+        self._stored_count = 0
         self._turns = [threading.Lock() for _ in range(64)]  # a thread's writes take turns
         # (conversation id, checkpoint id) -> its messages list, as the graph holds it
         # (None: its channel holds something else)
@@ -434,17 +447,24 @@ class Saver(BaseCheckpointSaver[str]):
         namespace: str,
         checkpoint_ids: List[str],
     ) -> Program[List[CheckpointTuple]]:
-        """The checkpoints rebuilt, with one read of the messages of each history
-        they need (the histories of the newest of them that no other continues)."""
-        message_at = yield from self._message_reader(conversation_id, thread, checkpoint_ids)
+        """The checkpoints rebuilt, from the messages kept or with one read of those
+        of each history they need (the histories of the newest of them that no
+        other continues)."""
         writes = yield from self._writes(thread_id, namespace)
-        memo: dict[str, List[BaseMessage]] = {}
+
+        def rebuilt(message_at: Callable[[Position], BaseMessage]) -> List[Checkpoint]:
+            memo: Memo = {}
+            return [
+                thread.checkpoint(checkpoint_id, self.serde, self.channel, message_at, memo)
+                for checkpoint_id in checkpoint_ids
+            ]
+
+        checkpoints = yield from self._with_messages(
+            conversation_id, thread, checkpoint_ids, rebuilt
+        )
         tuples = []
-        for checkpoint_id in checkpoint_ids:
+        for checkpoint_id, checkpoint in zip(checkpoint_ids, checkpoints, strict=True):
             put = thread.puts[checkpoint_id]
-            checkpoint = thread.checkpoint(
-                checkpoint_id, self.serde, self.channel, message_at, memo
-            )
             if len(checkpoint_ids) == 1:  # what a graph that loads it puts after it
                 messages = checkpoint["channel_values"].get(self.channel)
                 known = NO_MESSAGES if messages is None else Messages.of(messages)
@@ -462,6 +482,43 @@ class Saver(BaseCheckpointSaver[str]):
             )
         return tuples
 
+    def _with_messages(
+        self,
+        conversation_id: str,
+        thread: Thread,
+        checkpoint_ids: List[str],
+        build: Callable[[Callable[[Position], BaseMessage]], T],
+    ) -> Program[T]:
+        """`build(message_at)`: from the messages kept for the conversation when they
+        hold every one it reads (a thread this saver wrote or read), else from the
+        log, with one read of each history `checkpoint_ids` need."""
+        kept = self._kept_messages(conversation_id)
+        if kept is not None:
+            try:
+                return build(self._message_at(kept))
+            except _Unread:
+                pass
+        message_at = yield from self._message_reader(conversation_id, thread, checkpoint_ids)
+        return build(message_at)
+
+    def _message_at(
+        self, stored: dict[tuple[str, int], Message]
+    ) -> Callable[[Position], BaseMessage]:
+        """The LangChain message at a position, each made anew from its stored form
+        (the graph may change what it is handed); `_Unread` for one not there."""
+        loaded: dict[tuple[str, int], BaseMessage] = {}
+
+        def message_at(at: Position) -> BaseMessage:
+            where = (at.branch_id, at.position)
+            if where not in loaded:
+                found = stored.get(where)
+                if found is None:
+                    raise _Unread
+                loaded[where] = from_message(found, self.serde)
+            return loaded[where]
+
+        return message_at
+
     def _message_reader(
         self, conversation_id: str, thread: Thread, checkpoint_ids: List[str]
     ) -> Program[Callable[[Position], BaseMessage]]:
@@ -469,7 +526,7 @@ class Saver(BaseCheckpointSaver[str]):
         needed = [c for c in checkpoint_ids if thread.needs_messages(c, self.channel, self.serde)]
         # A checkpoint on the chain of another needs no read of its own.
         covered = {p.id for c in needed for p in thread.chain(c)[1:]}
-        stored: dict[tuple[str, int], Any] = {}
+        stored: dict[tuple[str, int], Message] = {}
         for checkpoint_id in needed:
             if checkpoint_id in covered:
                 continue
@@ -479,15 +536,8 @@ class Saver(BaseCheckpointSaver[str]):
             if any((e.message.model_extra or {}).get("erased") for e in entries):
                 raise _Erased
             stored.update({(e.position.branch_id, e.position.position): e.message for e in entries})
-        loaded: dict[tuple[str, int], BaseMessage] = {}
-
-        def message_at(at: Position) -> BaseMessage:
-            where = (at.branch_id, at.position)
-            if where not in loaded:
-                loaded[where] = from_message(stored[where], self.serde)
-            return loaded[where]
-
-        return message_at
+        self._keep_messages(conversation_id, stored)
+        return self._message_at(stored)
 
     def _writes(self, thread_id: str, namespace: str) -> Program[Thread | None]:
         """The records of the thread's writes conversation; None before its first write.
@@ -518,7 +568,7 @@ class Saver(BaseCheckpointSaver[str]):
             # Read after the head: an append in between is read again next time.
             self._keep(conversation_id, _Kept(conversation.head, thread))
         else:
-            self._threads.pop(conversation_id, None)
+            self._forget(conversation_id)
         return thread
 
     def _keep(self, conversation_id: str, kept: _Kept) -> None:
@@ -526,7 +576,43 @@ class Saver(BaseCheckpointSaver[str]):
             self._threads[conversation_id] = kept
             self._threads.move_to_end(conversation_id)
             while len(self._threads) > _THREADS_KEPT:
-                self._threads.popitem(last=False)
+                self._drop(self._threads.popitem(last=False)[0])
+
+    def _forget(self, conversation_id: str) -> None:
+        """Keep nothing of the conversation: its records and its messages."""
+        with self._keeping:
+            self._threads.pop(conversation_id, None)
+            self._drop(conversation_id)
+
+    def _drop(self, conversation_id: str) -> None:
+        dropped = self._stored.pop(conversation_id, None)
+        if dropped is not None:
+            self._stored_count -= len(dropped)
+
+    def _kept_messages(self, conversation_id: str) -> dict[tuple[str, int], Message] | None:
+        """The stored messages kept for the conversation, while its records are."""
+        with self._keeping:
+            found = self._stored.get(conversation_id)
+            if found is None or conversation_id not in self._threads:
+                return None
+            self._stored.move_to_end(conversation_id)
+            return found
+
+    def _keep_messages(self, conversation_id: str, found: dict[tuple[str, int], Message]) -> None:
+        """Keep `found`, stored messages of the conversation, while its records are kept
+        (a read or an append of this saver's), the last used first out."""
+        if not found:
+            return
+        with self._keeping:
+            if conversation_id not in self._threads:
+                return
+            kept = self._stored.setdefault(conversation_id, {})
+            self._stored.move_to_end(conversation_id)
+            before = len(kept)
+            kept.update(found)
+            self._stored_count += len(kept) - before
+            while self._stored_count > _MESSAGES_KEPT:
+                self._drop(next(iter(self._stored)))
 
     def _learn(self, conversation_id: str, done: Appended) -> None:
         """The records kept, with the append's own when it followed their head
@@ -539,7 +625,7 @@ class Saver(BaseCheckpointSaver[str]):
             kept.head.branch_id,
             kept.head.position + 1,
         ):
-            self._threads.pop(conversation_id, None)
+            self._forget(conversation_id)
             return
         changes = tuple(e for e in done.events if e.kind == "state.changed")
         self._keep(conversation_id, _Kept(done.head, kept.thread, kept.later + changes))
@@ -712,9 +798,14 @@ class Saver(BaseCheckpointSaver[str]):
             )
             # Written after a position, not at the head: what stood at the head since
             # the records kept is unknown (another writer's), so they are read again.
-            self._threads.pop(conversation_id, None)
+            self._forget(conversation_id)
         else:
             self._learn(conversation_id, done)
+            recorded = (e for e in done.events if e.kind == "message.recorded")
+            self._keep_messages(
+                conversation_id,
+                {(e.branch_id, e.position): m for e, m in zip(recorded, messages, strict=True)},
+            )
         self._tips[conversation_id] = state["tip"]
 
     def _record(self, conversation_id: str, record: dict[str, Any]) -> Program[None]:
@@ -752,14 +843,22 @@ class Saver(BaseCheckpointSaver[str]):
     def _messages(
         self, conversation_id: str, thread: Thread, checkpoint_id: str
     ) -> Program[Messages | None]:
-        """A checkpoint's messages list, read from the log (None: not a messages list)."""
+        """A checkpoint's messages list, kept or read from the log (None: not a
+        messages list)."""
         if checkpoint_id not in thread.puts:
             return NO_MESSAGES
         try:
-            message_at = yield from self._message_reader(conversation_id, thread, [checkpoint_id])
+            found = yield from self._with_messages(
+                conversation_id,
+                thread,
+                [checkpoint_id],
+                lambda message_at: thread.messages(
+                    checkpoint_id, self.serde, self.channel, message_at
+                ),
+            )
         except _Erased:  # no list to follow; the append is refused as erased
             return None
-        return Messages.of(thread.messages(checkpoint_id, self.serde, self.channel, message_at))
+        return Messages.of(found)
 
     def _remember(
         self, conversation_id: str, checkpoint_id: str, messages: Messages | None

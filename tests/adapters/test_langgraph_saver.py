@@ -199,9 +199,9 @@ def test_a_put_after_its_parent_reads_nothing_of_the_thread(sync_store: Store) -
     ledger.calls.clear()
     app.invoke({"messages": [HumanMessage(content="2 + 2?")]}, thread("t"))
     # When the run starts, the heads of the thread's conversation and of its writes'
-    # (their records are those this saver wrote) and the messages; then each of the
-    # run's five checkpoints and four tasks' writes is an append.
-    assert [c for c in ledger.calls if c not in ("append_messages", "conversation")] == ["entries"]
+    # (their records and messages are those this saver wrote); then each of the run's
+    # five checkpoints and four tasks' writes is an append.
+    assert [c for c in ledger.calls if c not in ("append_messages", "conversation")] == []
     assert ledger.calls.count("append_messages") == 9
 
 
@@ -254,6 +254,34 @@ def test_a_put_raced_by_another_savers_deletion_reads_the_thread_anew(sync_store
     assert loaded.checkpoint["id"] not in seen
 
 
+def test_a_thread_this_saver_wrote_or_read_loads_from_the_messages_it_kept(
+    sync_store: Store,
+) -> None:
+    # Every checkpoint of a thread with a removed message and a fork, loaded by another
+    # saver (from the log), by the saver that wrote it, and by one that read it: the
+    # same checkpoint; a second time, from the messages kept, reading none.
+    ledger = Calls(sync_store, tenant())
+    saver = Saver(ledger)
+    app = graph(saver)
+    state = app.invoke({"messages": [HumanMessage(content="1 + 1?")]}, thread("t"))
+    app.update_state(thread("t"), {"messages": [RemoveMessage(id=state["messages"][1].id)]})  # type: ignore[arg-type]
+    app.invoke({"messages": [HumanMessage(content="2 + 2?")]}, thread("t"))
+    asked = next(
+        s for s in app.get_state_history(thread("t")) if len(s.values.get("messages", [])) == 1
+    )
+    app.invoke(None, app.update_state(asked.config, {"messages": [HumanMessage(content="3?")]}))
+    fresh = Saver(sync_store.tenant(ledger.tenant))
+    listed = list(fresh.list(thread("t")))
+    assert len(listed) > 10
+    for warm in (saver, Saver(ledger)):
+        for reading in ("first", "again"):
+            ledger.calls.clear()
+            for expected in listed:
+                loaded = warm.get_tuple(expected.config)
+                assert loaded is not None and loaded.checkpoint == expected.checkpoint
+            assert reading == "first" or "entries" not in ledger.calls
+
+
 def test_a_loaded_checkpoint_changed_by_its_reader_leaves_the_next_load_alone(
     sync_store: Store,
 ) -> None:
@@ -265,6 +293,7 @@ def test_a_loaded_checkpoint_changed_by_its_reader_leaves_the_next_load_alone(
     fresh = Saver(ledger).get_tuple(thread("t"))
     loaded.checkpoint["channel_versions"]["messages"] = "changed"
     loaded.checkpoint["versions_seen"].clear()
+    loaded.checkpoint["channel_values"]["messages"][0].content = "changed"
     loaded.metadata["step"] = -7
     again = saver.get_tuple(thread("t"))
     assert again is not None and fresh is not None
@@ -428,6 +457,7 @@ async def test_erasing_the_threads_subject_erases_its_checkpoints(database_url: 
         assert await saver.aget_tuple(thread("t")) is not None
         await ledger.erase("user-of-t", reason="the user asked")
         assert await Saver(ledger).aget_tuple(thread("t")) is None
+        assert await saver.aget_tuple(thread("t")) is None  # nothing served from memory
         assert [t async for t in Saver(ledger).alist(thread("t"))] == []
         await Saver(ledger).adelete_thread("t")  # nothing of it reads: nothing to hide
         conv = (await ledger.conversation_by_key('langgraph:["t",""]')).id
@@ -515,6 +545,26 @@ def test_a_copied_threads_checkpoints_go_with_its_sources_erasure(database_url: 
         ledger.erase("user-of-t", reason="the user asked")
         assert saver.get_tuple(thread("copy")) == Saver(ledger).get_tuple(thread("copy"))
         assert saver.get_tuple(thread("copy")) is None
+
+
+def test_a_copied_threads_messages_read_before_its_sources_erasure_are_not_served(
+    database_url: str,
+) -> None:
+    # The copy's own checkpoints are its own subject's and outlive the erasure; the
+    # messages they continue from are the source's, erased with it.
+    secret = f"SECRET-{uuid.uuid4().hex}"
+    with Store.open(database_url, kek=KEK) as store:
+        ledger = store.tenant(tenant())
+        saver = Saver(ledger, subject=lambda thread_id: f"user-of-{thread_id}")
+        app = graph(saver)
+        app.invoke({"messages": [HumanMessage(content=f"{secret} 1 + 1?")]}, thread("t"))
+        saver.copy_thread("t", "copy")
+        app.invoke({"messages": [HumanMessage(content="2 + 2?")]}, thread("copy"))
+        got = saver.get_tuple(thread("copy"))
+        assert got is not None and secret in repr(got.checkpoint["channel_values"]["messages"])
+        ledger.erase("user-of-t", reason="the user asked")
+        assert saver.get_tuple(thread("copy")) is None
+        assert Saver(ledger).get_tuple(thread("copy")) is None
 
 
 def test_a_thread_lists_every_namespace_unless_one_is_named(sync_store: Store) -> None:
