@@ -18,7 +18,9 @@
   its own conversation; reads take both.)
 - Reads (`get_tuple`, `list`) read the two conversations' state changes and the
   messages of the checkpoint's history, and rebuild each checkpoint from them;
-  a saver keeps both while the conversations' heads stand (ADR 0049, 0052).
+  a saver keeps the records while the conversations' heads stand, and the
+  messages (which never change but for an erasure) while it keeps the records
+  of their conversation (ADR 0049, 0052).
 - `delete_thread`, `delete_for_runs` and `prune` hide checkpoints (the log is
   append-only; `delete_thread` their writes too); `copy_thread` forks each
   namespace's two conversations, sharing the log. Erasing the thread's subject
@@ -611,6 +613,8 @@ class Saver(BaseCheckpointSaver[str]):
             before = len(kept)
             kept.update(found)
             self._stored_count += len(kept) - before
+            if len(kept) > _MESSAGES_KEPT // 2:  # a thread that would push out all others
+                self._drop(conversation_id)
             while self._stored_count > _MESSAGES_KEPT:
                 self._drop(next(iter(self._stored)))
 

@@ -32,7 +32,7 @@ from langgraph.checkpoint.conformance.capabilities import ALL_CAPABILITIES
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.graph.state import CompiledStateGraph
 
-from chatledger.adapters.langgraph import Saver
+from chatledger.adapters.langgraph import Saver, _saver
 from chatledger.adapters.langgraph._records import encode_writes
 from chatledger.store import AsyncStore, Ledger, Store
 from chatledger.store._crypto import ERASED_CONTENT, SEALED_PREFIX
@@ -280,6 +280,26 @@ def test_a_thread_this_saver_wrote_or_read_loads_from_the_messages_it_kept(
                 loaded = warm.get_tuple(expected.config)
                 assert loaded is not None and loaded.checkpoint == expected.checkpoint
             assert reading == "first" or "entries" not in ledger.calls
+
+
+def test_a_long_thread_does_not_push_out_the_messages_kept_of_the_others(
+    sync_store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_saver, "_MESSAGES_KEPT", 40)  # a thread of over 20 is not kept
+    ledger = Calls(sync_store, tenant())
+    saver = Saver(ledger)
+    app = graph(saver)
+    for turn in range(6):
+        app.invoke({"messages": [HumanMessage(content=f"{turn} + 1?")]}, thread("long"))
+    for turn in range(2):
+        app.invoke({"messages": [HumanMessage(content=f"{turn} + 1?")]}, thread("short"))
+    ledger.calls.clear()
+    assert saver.get_tuple(thread("long")) is not None
+    assert "entries" in ledger.calls  # 24 messages: read each time, not kept
+    ledger.calls.clear()
+    assert saver.get_tuple(thread("short")) is not None
+    assert "entries" not in ledger.calls  # still kept
+    assert saver._stored_count == sum(len(kept) for kept in saver._stored.values()) == 8
 
 
 def test_a_loaded_checkpoint_changed_by_its_reader_leaves_the_next_load_alone(
