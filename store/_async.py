@@ -315,11 +315,10 @@ class AsyncStore(AsyncStoreFace):
                 tried, done = await self._native.run(direct)
             if done is not None:
                 return done
-        on_loop = direct is not None and op.write and self._on_loop is not None
-        if on_loop:
-            assert self._on_loop is not None and direct is not None
+        on_loop = self._on_loop if direct is not None and op.write else None
+        if on_loop is not None and direct is not None:
             with translating(op.action):
-                tried, done = self._on_loop.run(True, direct)
+                tried, done = on_loop.run(True, direct)
             if tried:
                 # The loop's other tasks get their turn, as after a round trip: a task
                 # appending in a loop would otherwise hold the loop until a hop.
@@ -329,7 +328,7 @@ class AsyncStore(AsyncStoreFace):
                 return done
         if direct is not None and driver is not None and not tried:
             # Declined on the loop: in a worker, where the loop's connection opens too.
-            run = self._primed if on_loop else driver.run
+            run = driver.run if on_loop is None else self._primed
             with translating(op.action):
                 ran: tuple[bool, T | None] = await self._workers.run(run, op.write, direct)
             tried, done = ran

@@ -72,9 +72,9 @@ __all__ = [
 
 Typed = tuple[str, bytes]
 MessageAt = Callable[[Position], BaseMessage]
+"""The LangChain message stored at a position of the conversation's log."""
 Memo = dict[str, tuple[list[BaseMessage], int]]
 """A record's messages list, rebuilt: the first `n` of a list (which later ones extend)."""
-"""The LangChain message stored at a position of the conversation's log."""
 
 
 def _typed(serde: SerializerProtocol, value: Any) -> list[str]:
@@ -454,15 +454,14 @@ class Thread:
             parent = chain[i]
             if memo is not None and parent.id in memo:
                 kept, size = memo[parent.id]
-                base = kept[:size]  # a copy: this call's list grows in place
+                base = kept[:size]  # a copy: this call's list grows in place, not the memo's
                 break
             version = parent.versions(serde).get(name)
             if version is None:
                 break
         # Applied oldest first, each in time linear in what it adds: a list grows in
         # place (each record's list a prefix of it, for `memo`), and only a removal
-        # makes a new one.
-        base = list(base)  # the stored list's, or the memo's: not to be changed
+        # makes a new one. `base` is this call's own: a stored list is decoded anew.
         for put, delta in reversed(deltas):
             if delta["removed"]:
                 removed = set(delta["removed"])

@@ -231,7 +231,7 @@ class Saver(BaseCheckpointSaver[str]):
         self._keeping = threading.Lock()  # over what is kept: `_threads`, `_stored`, `_lists`
         # conversation id -> its stored messages by (branch, position), while its records
         # are kept: a position's message never changes, but for an erasure, which the
-        # records' head check sees (ADR 0049)
+        # records' head check sees (ADR 0052)
         self._stored: OrderedDict[str, dict[tuple[str, int], Message]] = OrderedDict()
         self._stored_count = 0
         self._turns = [threading.Lock() for _ in range(64)]  # a thread's writes take turns

@@ -341,7 +341,7 @@ class DriverConnections:
                 return False, None
             self._in_use += 1
         try:
-            taken = self._take()
+            taken = self._take(opening=self._waits)
             if taken is None:
                 return False, None
             born, fairy = taken
@@ -409,10 +409,9 @@ class DriverConnections:
         if taken is not None:
             self._give(*taken, healthy=True)
 
-    def _take(self, opening: bool | None = None) -> tuple[float, Any] | None:
-        """An idle connection, else a new one; without `waits` (unless `opening`),
-        None where one would be opened or closed."""
-        opening = self._waits if opening is None else opening
+    def _take(self, opening: bool) -> tuple[float, Any] | None:
+        """An idle connection, else a new one; unless `opening`, None where one would
+        be opened or closed."""
         if os.getpid() != self._pid:  # a forked child must not share its parent's
             self._idle, self._pid = [], os.getpid()
         while True:
