@@ -260,6 +260,8 @@ class AsyncStore(AsyncStoreFace):
         staleness runs on a read replica first, as in `Store.execute`; sealing
         is as there too.
         """
+        if op.write and self._sealer is None:
+            return await self._execute(op, connection)  # nothing to seal or open
         program = executing(self._sealer, op, inside=connection is not None)
         return await self._drive(program, connection)
 

@@ -514,7 +514,7 @@ class Operations:
             # which also refuses the append when another writer created the
             # conversation (and its key) first; and so is a turn after a position.
             minting = seal.new_key is not None
-            general = not _append.plan(turn, None, after=after is not None, minting=minting)
+            general = not _append.in_place_at_all(turn, after=after is not None, minting=minting)
 
             def forms(
                 dialect: _append.Dialect, heads: HeadCache | None

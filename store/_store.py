@@ -202,6 +202,8 @@ class Store(StoreFace):
         is opened (`store._sealing`).
         """
 
+        if op.write and self._sealer is None:
+            return self._execute(op, connection)  # nothing to seal or open: `executing`'s case
         program = executing(self._sealer, op, inside=connection is not None)
         return drive(program, lambda o: self._execute(o, connection))
 

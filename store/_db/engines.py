@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, Literal, TypeVar
 
@@ -204,11 +204,10 @@ def _unheld_in_child() -> None:
 os.register_at_fork(after_in_child=_unheld_in_child)
 
 
-@contextlib.contextmanager
-def sqlite_writer(engine: Engine, write: bool = True, *, wait: bool = True) -> Iterator[bool]:
+def sqlite_writer(engine: Engine, write: bool = True, *, wait: bool = True) -> _WriterTurn:
     """A write transaction's turn among the writers of `engine` in this process
-    (nothing for a read, which SQLite's WAL never makes wait); yields whether
-    the transaction may go on.
+    (nothing for a read, which SQLite's WAL never makes wait): a context manager
+    that yields whether the transaction may go on.
 
     Each waits on a lock, woken as the one before it ends, where SQLite's busy
     handler would sleep it 1 to 100 ms at a time. One that has waited out the
@@ -217,17 +216,29 @@ def sqlite_writer(engine: Engine, write: bool = True, *, wait: bool = True) -> I
     meet only that handler. Without `wait`, a writer that would wait does not
     go on (False). Nothing on an engine without `install_sqlite_hooks`.
     """
-    found = _WRITERS.get(engine) if write else None
-    if found is None:
-        yield True
-        return
-    lock, timeout = found
-    turn = lock.acquire(timeout=timeout) if wait else lock.acquire(blocking=False)
-    try:
-        yield turn or wait
-    finally:
-        if turn:
-            lock.release()
+    return _WriterTurn(_WRITERS.get(engine) if write else None, wait)
+
+
+class _WriterTurn:
+    """`sqlite_writer`'s context manager (a class: every SQLite write enters one)."""
+
+    __slots__ = ("_found", "_taken", "_wait")
+
+    def __init__(self, found: tuple[threading.RLock, float] | None, wait: bool) -> None:
+        self._found, self._wait, self._taken = found, wait, False
+
+    def __enter__(self) -> bool:
+        if self._found is None:
+            return True
+        lock, timeout = self._found
+        wait = self._wait
+        self._taken = lock.acquire(timeout=timeout) if wait else lock.acquire(blocking=False)
+        return self._taken or wait
+
+    def __exit__(self, *_: object) -> None:
+        if self._taken:
+            assert self._found is not None
+            self._found[0].release()
 
 
 def install_sqlite_hooks(

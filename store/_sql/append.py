@@ -87,7 +87,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: see `store._sql.ops.Op`
 class Written:
     """What a form wrote: ids and (seq, position, recorded_at, hash) per event."""
 
@@ -106,7 +106,7 @@ head (every change is a `state.changed` event, which becomes the head), so a
 head that is still there still has that state."""
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: see `store._sql.ops.Op`
 class Turn:
     """One append's checked inputs, as every form writes them."""
 
@@ -142,7 +142,7 @@ class Turn:
         return state is not None and not _entries.changed_fields(state, self.expected_state)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: see `store._sql.ops.Op`
 class At:
     """Where the writer puts a turn: the head it must find still there (branch,
     position, hash and whether it is open: a compare-and-set, which also takes the
@@ -180,7 +180,7 @@ def plan(
     (`after`, which may open a branch), or mints its subject's key (`minting`):
     the general path's.
     """
-    if not turn.encoded or after or minting:
+    if not in_place_at_all(turn, after=after, minting=minting):
         return ()
     expected = turn.expected
     forms: list[Form] = []
@@ -203,6 +203,11 @@ def plan(
         forms.append("kept")
     forms.append("read")
     return tuple(forms)
+
+
+def in_place_at_all(turn: Turn, *, after: bool = False, minting: bool = False) -> bool:
+    """Whether `plan` gives `turn` any form (else the general path writes it)."""
+    return bool(turn.encoded) and not after and not minting
 
 
 def head_for(turn: Turn, found: Sequence[Any] | None) -> Head | None:
