@@ -161,7 +161,10 @@ class Notifier:
         """Note that a write committed: a notification follows soon."""
         if self._thread is None or self._pid != os.getpid():
             self._start()
-        self._wanted.set()
+        # Set already: the thread has not yet cleared it, and the notification it
+        # sends after clearing it follows this write's commit. (`set` takes a lock.)
+        if not self._wanted.is_set():
+            self._wanted.set()
 
     def _start(self) -> None:
         with self._lock:
