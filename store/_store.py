@@ -203,7 +203,9 @@ class Store(StoreFace):
         """
 
         if op.write and self._sealer is None:
-            return self._execute(op, connection)  # nothing to seal or open: `executing`'s case
+            # What `executing` does here: nothing to seal or open, and no key minted
+            # (its one retry is for a key that lost a race).
+            return self._execute(op, connection)
         program = executing(self._sealer, op, inside=connection is not None)
         return drive(program, lambda o: self._execute(o, connection))
 
