@@ -53,7 +53,7 @@ from chatledger.store._faces import (
     AsyncStoreFace,
 )
 from chatledger.store._ops import Operations, StoreOperations
-from chatledger.store._sealing import Program, adrive, executing
+from chatledger.store._sealing import Program, adrive, executing, runs_alone
 from chatledger.store._sql.dialect import WRITE, is_sqlite
 from chatledger.store._sql.ops import AsyncExecutor, Op, in_transaction, run_fast
 from chatledger.store._sql.pages import Page
@@ -260,8 +260,8 @@ class AsyncStore(AsyncStoreFace):
         staleness runs on a read replica first, as in `Store.execute`; sealing
         is as there too.
         """
-        if op.write and self._sealer is None:
-            return await self._execute(op, connection)  # nothing to seal or open
+        if runs_alone(self._sealer, op):
+            return await self._execute(op, connection)
         program = executing(self._sealer, op, inside=connection is not None)
         return await self._drive(program, connection)
 

@@ -46,6 +46,7 @@ __all__ = [
     "needs_opening",
     "opening",
     "preparing",
+    "runs_alone",
     "then",
 ]
 
@@ -110,6 +111,14 @@ async def adrive(program: Program[T], execute: Callable[[Op[Any]], Awaitable[Any
         return stop.value  # type: ignore[no-any-return]
     finally:
         program.close()
+
+
+def runs_alone(sealer: Sealer | None, op: Op[Any]) -> bool:
+    """Whether `executing(sealer, op)` would only run `op` and return its result: a
+    write on a store without a key-encryption key (nothing to seal or open, and no
+    key minted, whose lost race is what it retries). The faces then run `op` as it
+    is, without the program around it (on every append)."""
+    return sealer is None and op.write
 
 
 def executing(sealer: Sealer | None, op: Op[T], *, inside: bool) -> Program[T]:

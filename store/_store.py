@@ -37,7 +37,7 @@ from chatledger.store._db.tail import (
 )
 from chatledger.store._faces import AuditFace, LedgerFace, RetentionFace, RunsFace, StoreFace
 from chatledger.store._ops import Operations, StoreOperations
-from chatledger.store._sealing import drive, executing
+from chatledger.store._sealing import drive, executing, runs_alone
 from chatledger.store._sql.dialect import is_sqlite
 from chatledger.store._sql.ops import Executor, Op
 from chatledger.store._sql.pages import Page
@@ -202,9 +202,7 @@ class Store(StoreFace):
         is opened (`store._sealing`).
         """
 
-        if op.write and self._sealer is None:
-            # What `executing` does here: nothing to seal or open, and no key minted
-            # (its one retry is for a key that lost a race).
+        if runs_alone(self._sealer, op):
             return self._execute(op, connection)
         program = executing(self._sealer, op, inside=connection is not None)
         return drive(program, lambda o: self._execute(o, connection))
