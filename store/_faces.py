@@ -86,6 +86,7 @@ class StoreFace:
         connection: Connection | None = None,
         *,
         partitions: int | None = None,
+        citus: bool = False,
         progress: Callable[[int, int], None] | None = None,
     ) -> None:
         """Upgrade the schema to this package's head revision.
@@ -95,10 +96,15 @@ class StoreFace:
         tables hash-partitioned by conversation into that many partitions,
         copying their rows, if they are not partitioned yet; a different
         count on a partitioned database is refused
-        (docs/scaling.md). `progress(done, total)` is called after each
-        revision applied.
+        (docs/scaling.md). With `citus`, on a Citus coordinator, also
+        distribute every table by tenant, if it is not yet (docs/scaling.md,
+        "Citus"). `progress(done, total)` is called after each revision
+        applied.
         """
-        return self.execute(self._ops.migrate(partitions=partitions, progress=progress), connection)
+        return self.execute(
+            self._ops.migrate(partitions=partitions, citus=citus, progress=progress),
+            connection,
+        )
 
     def run_retention(
         self,
@@ -917,11 +923,12 @@ class AsyncStoreFace:
         connection: AsyncConnection | None = None,
         *,
         partitions: int | None = None,
+        citus: bool = False,
         progress: Callable[[int, int], None] | None = None,
     ) -> None:
         """See `Store.migrate`."""
         return await self.execute(
-            self._ops.migrate(partitions=partitions, progress=progress),
+            self._ops.migrate(partitions=partitions, citus=citus, progress=progress),
             connection,
         )
 

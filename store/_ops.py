@@ -42,6 +42,7 @@ from chatledger.store._errors import ConflictError, EncryptionError, InvalidInpu
 from chatledger.store._retention import RetentionReport, SubjectOutcome, run_retention
 from chatledger.store._sealing import Program, then
 from chatledger.store._sql import append as _append
+from chatledger.store._sql import citus as _citus
 from chatledger.store._sql import entries as _entries
 from chatledger.store._sql import erasure as _erasure
 from chatledger.store._sql import importer as _importer
@@ -152,18 +153,18 @@ def _history(
 ) -> list[Message]:
     conv = _log.get_conversation(conn, tenant, conversation_id)
     if at is None:
-        texts = projector.view_payloads(conn, conv.id, conv.forked_from is not None)
+        texts = projector.view_payloads(conn, tenant, conv.id, conv.forked_from is not None)
         if unseal is None:
             refuse_sealed(texts)
         messages = load_messages(texts if unseal is None else unseal.texts(texts))
     else:
         if isinstance(at, datetime):
-            point = projector.head_at(conn, conv.id, at)
+            point = projector.head_at(conn, tenant, conv.id, at)
             if point is None:
                 return []
         else:
             point = _log.resolve_position(conn, conv, at)
-        rows = projector.message_rows(conn, projector.lineage(conn, point))
+        rows = projector.message_rows(conn, tenant, projector.lineage(conn, tenant, point))
         messages = _as_stored(rows, cache)
     return _repair.repaired(messages) if repaired else messages
 
@@ -1168,6 +1169,7 @@ class StoreOperations:
         self,
         *,
         partitions: int | None = None,
+        citus: bool = False,
         progress: Callable[[int, int], None] | None = None,
     ) -> Op[None]:
         """Upgrade the schema to this package's head revision.
@@ -1177,9 +1179,16 @@ class StoreOperations:
         tables hash-partitioned by conversation into that many partitions,
         copying their rows, if they are not partitioned yet; a different
         count on a partitioned database is refused
-        (docs/scaling.md). `progress(done, total)` is called after each
-        revision applied.
+        (docs/scaling.md). With `citus`, on a Citus coordinator, also
+        distribute every table by tenant, if it is not yet (docs/scaling.md,
+        "Citus"). `progress(done, total)` is called after each revision
+        applied.
         """
+        if citus and partitions is not None:
+            raise InvalidInputError(
+                "Pass `partitions` or `citus`, not both: on Citus the log is split into "
+                "shards, not partitions."
+            )
 
         def migrate(conn: Connection) -> None:
             if partitions is not None:
@@ -1187,6 +1196,8 @@ class StoreOperations:
             _migrate.upgrade(conn, progress=progress)
             if partitions is not None:
                 _partitions.partition(conn, partitions)
+            if citus:
+                _citus.distribute(conn)
 
         return Op("migrating the schema", write=True, fn=migrate)
 

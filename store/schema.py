@@ -127,6 +127,9 @@ branches = sa.Table(
     sa.Column("run_id", Id, nullable=True),
     sa.Column("resumes_run_id", Id, nullable=True),
     sa.Column("created_at", Timestamp, nullable=False),
+    # The conversation's tenant, copied on every row: the column Citus
+    # distributes every table by (migration 0009; docs/adr/0054).
+    sa.Column("tenant", sa.String(200), nullable=False),
     # At most one resume branch per failed run: this constraint is what makes
     # a resume exactly-once across racing workers.
     sa.UniqueConstraint("conversation_id", "resumes_run_id"),
@@ -161,6 +164,9 @@ events = sa.Table(
     # pages follow (txid, seq), commit order, below the snapshot's xmin, so a
     # row that commits late is never skipped (docs/adr/0005-audit-pagination.md).
     sa.Column("txid", Seq, nullable=False, server_default=InsertingTransaction()),
+    # The conversation's tenant, copied on every row: the column Citus
+    # distributes every table by (migration 0009; docs/adr/0054).
+    sa.Column("tenant", sa.String(200), nullable=False),
     # The lineage scan: one branch's events in position order.
     sa.UniqueConstraint("conversation_id", "branch_id", "position"),
     sa.CheckConstraint("origin IN ('run', 'client', 'repair')", name="origin"),
@@ -236,6 +242,9 @@ event_ids = sa.Table(
     sa.Column("id", Id, primary_key=True),
     sa.Column("conversation_id", Id, nullable=False),
     sa.Column("event_seq", Seq, nullable=False),
+    # The conversation's tenant, copied on every row: the column Citus
+    # distributes every table by (migration 0009; docs/adr/0054).
+    sa.Column("tenant", sa.String(200), nullable=False),
 )
 
 conversation_keys = sa.Table(
@@ -296,6 +305,9 @@ view_entries = sa.Table(
     # it, the event is found by its key (conversation_id, seq), so a head read
     # stays in the conversation's partition (docs/adr/0022).
     sa.Column("event_conversation_id", Id, nullable=True),
+    # The conversation's tenant, copied on every row: the column Citus
+    # distributes every table by (migration 0009; docs/adr/0054).
+    sa.Column("tenant", sa.String(200), nullable=False),
     # Clustered by its key on SQLite: a head read is one contiguous range, and
     # an append writes one B-tree instead of a table and its index.
     sqlite_with_rowid=False,

@@ -148,6 +148,37 @@ def partitions_under_test() -> int | None:
     return int(value) if value else None
 
 
+def citus_url() -> str | None:
+    """`CHATLEDGER_TEST_CITUS_URL`: a Citus coordinator's database (scripts/citus.sh)."""
+    return os.environ.get("CHATLEDGER_TEST_CITUS_URL") or None
+
+
+def citus_schema() -> Iterator[str]:
+    """A schema of its own in the Citus database, laid out by `migrate(citus=True)`,
+    as a URL whose connections find it first; dropped, with every shard, after.
+
+    A schema, not a database: a database made on the coordinator has no workers.
+    """
+    url = citus_url()
+    assert url is not None
+    schema = f"chatledger_test_{uuid.uuid4().hex[:12]}"
+    try:
+        with psycopg.connect(_libpq(url), autocommit=True, connect_timeout=5) as conn:
+            conn.execute(f"CREATE SCHEMA {schema}")
+    except psycopg.OperationalError as error:
+        pytest.fail(f"The Citus cluster at {url} is unreachable: {error}")
+    own = (
+        sa.make_url(url)
+        .update_query_dict({"options": f"-csearch_path={schema}"})
+        .render_as_string(hide_password=False)
+    )
+    with Store.open(own) as store:
+        store.migrate(citus=True)
+    yield own
+    with psycopg.connect(_libpq(url), autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
 @pytest.fixture(scope="session")
 def postgres_url() -> Iterator[str]:
     """A migrated throwaway Postgres database for this test session.
@@ -155,6 +186,9 @@ def postgres_url() -> Iterator[str]:
     Its events and head-view tables are hash-partitioned into N partitions
     when `CHATLEDGER_TEST_PARTITIONS=N` is set (docs/scaling.md).
     """
+    if citus_url() is not None:
+        yield from citus_schema()
+        return
     url = create_postgres_database()
     with Store.open(url) as store:
         store.migrate(partitions=partitions_under_test())

@@ -185,6 +185,11 @@ def _parser() -> argparse.ArgumentParser:
         help="hash-partition the events and head views into N partitions (Postgres; "
         "see docs/scaling.md)",
     )
+    p.add_argument(
+        "--citus",
+        action="store_true",
+        help="distribute every table by tenant on a Citus coordinator (see docs/scaling.md)",
+    )
     command("demo", "_commands:demo", "show the whole product offline in a few seconds", common)
 
     p = command(

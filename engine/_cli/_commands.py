@@ -56,17 +56,24 @@ def migrate(args: argparse.Namespace) -> int:
                 "--partitions is for Postgres: a SQLite database is one file and is never "
                 "partitioned. Run `chatledger migrate` without it."
             )
+        if args.partitions is not None and args.citus:
+            raise UsageError(
+                "--partitions and --citus are two layouts: on Citus the log is split into "
+                "shards, not partitions. Pass one of them."
+            )
         before = store.execute(Op("reading the schema version", write=False, fn=current_revision))
         with progress("migrating", unit=" revisions") as shown:
-            store.migrate(partitions=args.partitions, progress=shown.at)
+            store.migrate(partitions=args.partitions, citus=args.citus, progress=shown.at)
         revision = HEAD
         if args.json:
             print_json(
                 {"created": before is None, "from": before, "revision": revision}
                 | ({"partitions": args.partitions} if args.partitions else {})
+                | ({"citus": True} if args.citus else {})
             )
         elif before is None:
             shape = f", hash-partitioned {args.partitions} ways," if args.partitions else ""
+            shape = ", distributed by tenant on Citus," if args.citus else shape
             print(f"Created chatledger's tables{shape} in {where(store)} (revision {revision}).")
         elif before == revision:
             print(f"chatledger's tables are already at the newest revision in {where(store)}.")

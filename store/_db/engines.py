@@ -286,7 +286,15 @@ def install_sqlite_hooks(
 # plan is planned once per connection and still reads one partition:
 # Postgres prunes the others when the executor starts, from the bound values
 # (docs/adr/0030-generic-plans-on-the-store-connections.md).
-GENERIC_PLANS = "SET plan_cache_mode = force_generic_plan"
+#
+# Not on Citus: its coordinator plans a statement of data-modifying CTEs (the
+# append's) only with its parameters' values, so there the plans are custom
+# (docs/adr/0054-citus-distributed-by-tenant.md).
+GENERIC_PLANS = (
+    "SELECT set_config('plan_cache_mode', CASE WHEN EXISTS "
+    "(SELECT 1 FROM pg_extension WHERE extname = 'citus') "
+    "THEN 'force_custom_plan' ELSE 'force_generic_plan' END, false)"
+)
 PREPARE_THRESHOLD = 0
 """psycopg's `prepare_threshold` on those connections: each statement is prepared
 on its first run (psycopg's default waits for its sixth), so a new connection's

@@ -250,12 +250,13 @@ WITH moved AS (
     RETURNING id
 ), ins AS (
     INSERT INTO chatledger_events (id, conversation_id, branch_id, position, run_id, kind,
-                                   origin, head, recorded_at, idempotency_key, payload, hash)
+                                   origin, head, recorded_at, idempotency_key, payload, hash,
+                                   tenant)
     {rows}
     RETURNING id, seq, position, kind, recorded_at
 ), view AS (
-    INSERT INTO chatledger_view_entries (conversation_id, position, event_seq)
-    SELECT %(cid)s::uuid, position, seq FROM ins WHERE kind = 'message.recorded'
+    INSERT INTO chatledger_view_entries (conversation_id, position, event_seq, tenant)
+    SELECT %(cid)s::uuid, position, seq, %(tenant)s FROM ins WHERE kind = 'message.recorded'
 ){named}
 SELECT seq, position, recorded_at FROM ins ORDER BY position
 """
@@ -263,13 +264,13 @@ _ARRAYS = """unnest(%(ids)b::text[], %(kinds)b::text[], %(origins)b::text[],
                                  %(payloads)b::text[], %(hashes)b::bytea[])
          WITH ORDINALITY"""
 _ROWS = """SELECT n.id::uuid, moved.id, %(branch)s::uuid, %(start)s + n.ord::int, %(run_id)s::uuid,
-           n.kind, n.origin, n.ord = %(count)s, clock_timestamp(),
-           CASE WHEN n.ord = 1 THEN %(key)s::text END, n.payload, n.hash
+           n.kind, n.origin, n.ord = %(count)s, statement_timestamp(),
+           CASE WHEN n.ord = 1 THEN %(key)s::text END, n.payload, n.hash, %(tenant)s
     FROM moved CROSS JOIN {source} AS n(id, kind, origin, payload, hash, ord)
     ORDER BY n.ord"""
 _NAMED = """, named AS (
-    INSERT INTO chatledger_event_ids (id, conversation_id, event_seq)
-    SELECT id, %(cid)s::uuid, seq FROM ins WHERE id = ANY(%(named)s::uuid[])
+    INSERT INTO chatledger_event_ids (id, conversation_id, event_seq, tenant)
+    SELECT id, %(cid)s::uuid, seq, %(tenant)s FROM ins WHERE id = ANY(%(named)s::uuid[])
 )"""
 _SCALARS = 6
 """Events up to which a turn's rows are sent as scalars (a VALUES list), which
@@ -361,13 +362,16 @@ _SQLITE_MOVE = (
 )
 _SQLITE_INSERT = (
     "INSERT INTO chatledger_events (id, conversation_id, branch_id, position, run_id, kind, "
-    "origin, head, recorded_at, idempotency_key, payload, hash) VALUES {values}"
+    "origin, head, recorded_at, idempotency_key, payload, hash, tenant) VALUES {values}"
 )
-_SQLITE_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_SQLITE_ROW = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 _SQLITE_VIEW = (
-    "INSERT INTO chatledger_view_entries (conversation_id, position, event_seq) VALUES {values}"
+    "INSERT INTO chatledger_view_entries (conversation_id, position, event_seq, tenant) "
+    "VALUES {values}"
 )
-_SQLITE_NAMED = "INSERT INTO chatledger_event_ids (id, conversation_id, event_seq) VALUES {values}"
+_SQLITE_NAMED = (
+    "INSERT INTO chatledger_event_ids (id, conversation_id, event_seq, tenant) VALUES {values}"
+)
 
 
 @lru_cache(maxsize=64)
@@ -406,9 +410,10 @@ def write_sqlite(cursor: Any, turn: Turn, at: At) -> Written | None:
     now = sqlite_clock()
     recorded_at = sqlite_time(now)
     branch_id = at.branch_id
+    tenant = turn.tenant
     params: list[object] = []
     for (*row, key, text), event_hash in zip(rows, hashes, strict=True):
-        params += (*row, recorded_at, key, text, event_hash)
+        params += (*row, recorded_at, key, text, event_hash, tenant)
     cursor.execute(_sqlite_values(_SQLITE_INSERT, _SQLITE_ROW, count), params)
     # No RETURNING (it cost a third of a ten-row insert): `seq` is the rowid,
     # and under the writer lock each row of the VALUES list, inserted in order,
@@ -420,13 +425,13 @@ def write_sqlite(cursor: Any, turn: Turn, at: At) -> Written | None:
         v
         for (seq, position, _, _), (item, _) in zip(written, encoded, strict=True)
         if item.kind == "message.recorded"
-        for v in (cid, position, seq)
+        for v in (cid, position, seq, tenant)
     ]
     if views:
-        cursor.execute(_sqlite_values(_SQLITE_VIEW, "(?, ?, ?)", len(views) // 3), views)
+        cursor.execute(_sqlite_values(_SQLITE_VIEW, "(?, ?, ?, ?)", len(views) // 4), views)
     if turn.named:
-        named = [v for i in range(len(turn.named)) for v in (ids[i], cid, written[i][0])]
-        cursor.execute(_sqlite_values(_SQLITE_NAMED, "(?, ?, ?)", len(turn.named)), named)
+        named = [v for i in range(len(turn.named)) for v in (ids[i], cid, written[i][0], tenant)]
+        cursor.execute(_sqlite_values(_SQLITE_NAMED, "(?, ?, ?, ?)", len(turn.named)), named)
     return Written(branch_id, ids, written)
 
 
@@ -584,27 +589,28 @@ WITH conv AS (
     INSERT INTO chatledger_conversations (id, tenant, head_branch_id, head_position, head_open,
                                           head_hash, created_at, metadata)
     VALUES (%(cid)s::uuid, %(tenant)s, %(bid)s::uuid, %(last)s, true, %(hash)s,
-            clock_timestamp(), %(meta)s)
-    ON CONFLICT (id) DO NOTHING
+            statement_timestamp(), %(meta)s)
+    ON CONFLICT DO NOTHING
     RETURNING created_at
 ), branch AS (
-    INSERT INTO chatledger_branches (id, conversation_id, reason, created_at)
-    SELECT %(bid)s::uuid, %(cid)s::uuid, 'root', created_at FROM conv
+    INSERT INTO chatledger_branches (id, conversation_id, reason, created_at, tenant)
+    SELECT %(bid)s::uuid, %(cid)s::uuid, 'root', created_at, %(tenant)s FROM conv
 ), ins AS (
     INSERT INTO chatledger_events (id, conversation_id, branch_id, position, run_id, kind,
-                                   origin, head, recorded_at, idempotency_key, payload, hash)
+                                   origin, head, recorded_at, idempotency_key, payload, hash,
+                                   tenant)
     SELECT n.id, %(cid)s::uuid, %(bid)s::uuid, n.ord::int,
            CASE WHEN n.ord > 1 THEN %(run_id)s::uuid END, n.kind, n.origin,
            n.ord = %(last)s, conv.created_at, CASE WHEN n.ord = 2 THEN %(key)s::text END,
-           n.payload, n.hash
+           n.payload, n.hash, %(tenant)s
     FROM conv CROSS JOIN unnest(%(ids)b::text[]::uuid[], %(kinds)b::text[],
                                 %(origins)b::text[], %(payloads)b::text[], %(hashes)b::bytea[])
          WITH ORDINALITY AS n(id, kind, origin, payload, hash, ord)
     ORDER BY n.ord
     RETURNING seq, position, kind
 ), view AS (
-    INSERT INTO chatledger_view_entries (conversation_id, position, event_seq)
-    SELECT %(cid)s::uuid, position, seq FROM ins WHERE kind = 'message.recorded'
+    INSERT INTO chatledger_view_entries (conversation_id, position, event_seq, tenant)
+    SELECT %(cid)s::uuid, position, seq, %(tenant)s FROM ins WHERE kind = 'message.recorded'
 )
 SELECT conv.created_at, ins.seq FROM conv CROSS JOIN ins ORDER BY ins.position
 """
@@ -627,11 +633,11 @@ class _Fresh:
 _SQLITE_NEW_CONVERSATION = (
     "INSERT INTO chatledger_conversations (id, tenant, head_branch_id, head_position, "
     "head_open, head_hash, created_at, metadata, key) VALUES (?, ?, ?, ?, 1, ?, ?, ?, ?) "
-    "ON CONFLICT (id) DO NOTHING"
+    "ON CONFLICT DO NOTHING"
 )
 _SQLITE_NEW_BRANCH = (
-    "INSERT INTO chatledger_branches (id, conversation_id, reason, created_at) "
-    "VALUES (?, ?, 'root', ?)"
+    "INSERT INTO chatledger_branches (id, conversation_id, reason, created_at, tenant) "
+    "VALUES (?, ?, 'root', ?, ?)"
 )
 
 
@@ -747,7 +753,8 @@ def create_append_sqlite(cursor: Any, turn: Turn, key: str | None = None) -> Wri
     )
     if cursor.rowcount != 1:
         return None  # the conversation row comes first: nothing was written
-    cursor.execute(_SQLITE_NEW_BRANCH, (fresh.branch_id, conversation_id, at))
+    tenant = turn.tenant
+    cursor.execute(_SQLITE_NEW_BRANCH, (fresh.branch_id, conversation_id, at, tenant))
     params: list[object] = []
     for i in range(last):
         params += (
@@ -763,6 +770,7 @@ def create_append_sqlite(cursor: Any, turn: Turn, key: str | None = None) -> Wri
             fresh.keys[i],
             fresh.payloads[i],
             fresh.hashes[i],
+            tenant,
         )
     cursor.execute(_sqlite_values(_SQLITE_INSERT, _SQLITE_ROW, last), params)
     first = cursor.lastrowid - last + 1  # the rowid rule of `write_sqlite`
@@ -770,10 +778,10 @@ def create_append_sqlite(cursor: Any, turn: Turn, key: str | None = None) -> Wri
         v
         for i in range(1, last)
         if fresh.kinds[i] == "message.recorded"
-        for v in (conversation_id, i + 1, first + i)
+        for v in (conversation_id, i + 1, first + i, tenant)
     ]
     if views:
-        cursor.execute(_sqlite_values(_SQLITE_VIEW, "(?, ?, ?)", len(views) // 3), views)
+        cursor.execute(_sqlite_values(_SQLITE_VIEW, "(?, ?, ?, ?)", len(views) // 4), views)
     return Written(
         branch_id=fresh.branch_id,
         ids=fresh.ids[1:],
@@ -786,21 +794,21 @@ _CREATE_POSTGRES = """
 WITH conv AS (
     INSERT INTO chatledger_conversations (id, tenant, head_branch_id, head_position, head_open,
                                           head_hash, created_at, metadata, key)
-    VALUES (%(cid)s::uuid, %(tenant)s, %(bid)s::uuid, 1, true, %(hash)s, clock_timestamp(),
+    VALUES (%(cid)s::uuid, %(tenant)s, %(bid)s::uuid, 1, true, %(hash)s, statement_timestamp(),
             %(meta)s, %(key)s)
-    ON CONFLICT (id) DO NOTHING
+    ON CONFLICT DO NOTHING
     RETURNING created_at
 ), keyed AS (
     INSERT INTO chatledger_conversation_keys (tenant, key, conversation_id)
     SELECT %(tenant)s, %(key)s, %(cid)s::uuid FROM conv WHERE %(key)s::text IS NOT NULL
 ), branch AS (
-    INSERT INTO chatledger_branches (id, conversation_id, reason, created_at)
-    SELECT %(bid)s::uuid, %(cid)s::uuid, 'root', created_at FROM conv
+    INSERT INTO chatledger_branches (id, conversation_id, reason, created_at, tenant)
+    SELECT %(bid)s::uuid, %(cid)s::uuid, 'root', created_at, %(tenant)s FROM conv
 ), created AS (
     INSERT INTO chatledger_events (id, conversation_id, branch_id, position, kind, origin, head,
-                                   recorded_at, payload, hash)
+                                   recorded_at, payload, hash, tenant)
     SELECT %(eid)s::uuid, %(cid)s::uuid, %(bid)s::uuid, 1, 'conversation.created', 'client',
-           true, created_at, %(payload)s, %(hash)s
+           true, created_at, %(payload)s, %(hash)s, %(tenant)s
     FROM conv
 )
 SELECT created_at FROM conv
@@ -1033,25 +1041,29 @@ def append_messages(
     base = conv.head if after is None else resolve_position(conn, conv, after)
     branch_id, position = base.branch_id, base.position
     written: list[Event] = [] if created is None else [created]
-    opened = not conv.head_open if after is None else not head_is_open(conn, cid, base)
+    opened = not conv.head_open if after is None else not head_is_open(conn, turn.tenant, cid, base)
     head_hash = bytes(
         conn.execute(
-            sa.select(conversations.c.head_hash).where(conversations.c.id == cid)
+            sa.select(conversations.c.head_hash).where(
+                conversations.c.id == cid, conversations.c.tenant == turn.tenant
+            )
         ).scalar_one()
     )
     if opened:
         reason: BranchReason = "run" if after is None else "edit"
         run_id = turn.run_id if after is None else None
-        branch_id, branched = create_branch(conn, cid, base, reason, run_id=run_id, origin="client")
+        branch_id, branched = create_branch(
+            conn, turn.tenant, cid, base, reason, run_id=run_id, origin="client"
+        )
         written.append(branched)
         position += 1
         previous = branched.hash
     elif base == conv.head:
         previous = head_hash
     else:
-        previous = previous_hash(conn, cid, branch_id, position + 1)
+        previous = previous_hash(conn, turn.tenant, cid, branch_id, position + 1)
     if base != conv.head:  # the turn replaces what followed `base` in the head's view
-        projector.move_view(conn, cid, conv.head, base)
+        projector.move_view(conn, turn.tenant, cid, conv.head, base)
     seen = (conv.head.branch_id, conv.head.position, head_hash, conv.head_open)
     at = At(seen, branch_id, position, previous)
     checked = replace(turn, sealed=None)  # `check_writable` has checked the sealing

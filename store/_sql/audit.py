@@ -194,7 +194,7 @@ def model_request(
     # The engine's view: the lineage up to just before its first request (the
     # history at the base and the prompt), then the turns the run recorded
     # between its first request and this one.
-    segments = projector.lineage(conn, Position(wanted.branch_id, wanted.position))
+    segments = projector.lineage(conn, tenant, Position(wanted.branch_id, wanted.position))
     return RequestParts(
         run_id=run.id,
         conversation_id=run.conversation_id,
@@ -202,9 +202,13 @@ def model_request(
         digest=str(wanted.payload.get("digest")),
         model=started.payload.get("model"),
         recorded_at=wanted.recorded_at,
-        replayed=load_messages(projector.message_payloads(conn, _clip(segments, 1, first - 1))),
+        replayed=load_messages(
+            projector.message_payloads(conn, tenant, _clip(segments, 1, first - 1))
+        ),
         turns=load_messages(
-            projector.message_payloads(conn, _clip(segments, first + 1, wanted.position - 1))
+            projector.message_payloads(
+                conn, tenant, _clip(segments, first + 1, wanted.position - 1)
+            )
         ),
     )
 
@@ -250,6 +254,7 @@ def tool_executions(
         sa.select(sa.func.min(later.c.seq))
         .where(
             later.c.conversation_id == s.c.conversation_id,
+            later.c.tenant == s.c.tenant,
             later.c.branch_id == s.c.branch_id,
             later.c.position > s.c.position,
             later.c.kind == _TOOL_FINISHED,
@@ -278,13 +283,28 @@ def tool_executions(
     query = (
         sa.select(*columns)
         .select_from(
-            s.join(conversations, conversations.c.id == s.c.conversation_id)
+            s.join(
+                conversations,
+                sa.and_(
+                    conversations.c.id == s.c.conversation_id,
+                    conversations.c.tenant == s.c.tenant,
+                ),
+            )
             .outerjoin(
-                fin, sa.and_(fin.c.conversation_id == s.c.conversation_id, fin.c.seq == finish)
+                fin,
+                sa.and_(
+                    fin.c.conversation_id == s.c.conversation_id,
+                    fin.c.tenant == s.c.tenant,
+                    fin.c.seq == finish,
+                ),
             )
             .outerjoin(
                 runs,
-                sa.and_(runs.c.conversation_id == s.c.conversation_id, runs.c.id == s.c.run_id),
+                sa.and_(
+                    runs.c.conversation_id == s.c.conversation_id,
+                    runs.c.tenant == s.c.tenant,
+                    runs.c.id == s.c.run_id,
+                ),
             )
         )
         .where(conversations.c.tenant == tenant, s.c.kind == _TOOL_STARTED)
@@ -357,7 +377,13 @@ def lineage(conn: Connection, tenant: str, conversation_id: str) -> Lineage:
 def _matching(conn: Connection, tenant: str, f: Filter) -> sa.Select[Any]:
     query = (
         sa.select(events)
-        .join(conversations, conversations.c.id == events.c.conversation_id)
+        .join(
+            conversations,
+            sa.and_(
+                conversations.c.id == events.c.conversation_id,
+                conversations.c.tenant == events.c.tenant,
+            ),
+        )
         .where(conversations.c.tenant == tenant)
     )
     query = _filtered(conn, tenant, query, events, f)

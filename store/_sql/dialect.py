@@ -88,18 +88,21 @@ def db_now(bind: Engine | Connection) -> ColumnElement[Any]:
     """The database's clock (never a worker's): what leases and timestamps use.
 
     On SQLite, timestamps are microsecond text ('YYYY-MM-DD HH:MM:SS.ffffff'),
-    so they compare as strings and parse back.
+    so they compare as strings and parse back. On Postgres, the time the
+    statement began (`statement_timestamp()`): one reading for every row and
+    condition of a statement, and a stable function, which a Citus
+    coordinator evaluates itself for a statement on one shard.
     """
     if is_sqlite(bind):
         return sa.func.chatledger_now()
-    return sa.func.clock_timestamp()
+    return sa.func.statement_timestamp()
 
 
 def db_now_plus(bind: Engine | Connection, seconds: float) -> ColumnElement[Any]:
     """The database's clock plus `seconds`."""
     if is_sqlite(bind):
         return sa.func.chatledger_now_plus(float(seconds))
-    return sa.func.clock_timestamp() + sa.func.make_interval(0, 0, 0, 0, 0, 0, float(seconds))
+    return sa.func.statement_timestamp() + sa.func.make_interval(0, 0, 0, 0, 0, 0, float(seconds))
 
 
 def for_update(bind: Connection, stmt: sa.Select[Any]) -> sa.Select[Any]:

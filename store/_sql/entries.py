@@ -75,6 +75,7 @@ Opening = Callable[[list[str]], list[str]]
 MINTED = sa.and_(
     event_ids.c.conversation_id == events.c.conversation_id,
     event_ids.c.event_seq == events.c.seq,
+    event_ids.c.tenant == events.c.tenant,
 )
 """The join of an event and the id its caller minted for it (`chatledger_event_ids`)."""
 
@@ -108,13 +109,15 @@ def entries(
     into the texts to parse (opening sealed ones)."""
     position: sa.ColumnElement[Any]
     if at is None:
-        head = projector.view_rows(conv.id, _COLUMNS, conv.forked_from is not None)
+        head = projector.view_rows(conv.tenant, conv.id, _COLUMNS, conv.forked_from is not None)
         query = sa.select(*(head.c[c.name] for c in _COLUMNS))
         position = head.c.view_position
     else:
-        segments = projector.lineage(conn, at)
+        segments = projector.lineage(conn, conv.tenant, at)
         query = sa.select(*_COLUMNS).where(
-            projector.in_segments(segments), events.c.kind == MESSAGE
+            projector.in_segments(segments),
+            events.c.kind == MESSAGE,
+            events.c.tenant == conv.tenant,
         )
         position = events.c.position
     if last is None:
@@ -129,12 +132,8 @@ def entry(conn: Connection, tenant: str, event_id: str, opening: Opening = _unop
     _checks.check_id(event_id, "event")
     row = conn.execute(
         sa.select(*_COLUMNS)
-        .select_from(
-            event_ids.join(events, MINTED).join(
-                conversations, conversations.c.id == event_ids.c.conversation_id
-            )
-        )
-        .where(event_ids.c.id == event_id, conversations.c.tenant == tenant)
+        .select_from(event_ids.join(events, MINTED))
+        .where(event_ids.c.id == event_id, event_ids.c.tenant == tenant)
     ).first()
     if row is None:
         raise NotFoundError("entry", event_id, tenant)
@@ -277,7 +276,9 @@ def record_state(
     sealed under `seal`, which must be the conversation's."""
     encoded = seal.events([state_changed(json.loads(state_text), state_text)])
     _keys.check_writable(conn, conv.id, encoded)
-    (changed,) = insert_events(conn, conv.id, at.branch_id, at.position + 1, encoded, head=True)
+    (changed,) = insert_events(
+        conn, conv.tenant, conv.id, at.branch_id, at.position + 1, encoded, head=True
+    )
     set_head(
         conn, replace(conv, head=at), Position(at.branch_id, changed.position), [], changed.hash
     )
@@ -303,13 +304,13 @@ def state_changes(
     the lineage it continues from its source when it is a fork), or of the tenant's
     conversations stamped with `run_id`, or both filters at once; oldest first, their
     payloads opened by `opening`."""
-    query = sa.select(events).where(events.c.kind == "state.changed")
+    query = sa.select(events).where(events.c.kind == "state.changed", events.c.tenant == tenant)
     if conversation_id is not None:
         conv = get_conversation(conn, tenant, conversation_id)
         reach = events.c.conversation_id == conv.id
         if conv.forked_from is not None:
             point = conv.forked_from
-            inherited = projector.lineage(conn, Position(point.branch_id, point.position))
+            inherited = projector.lineage(conn, tenant, Position(point.branch_id, point.position))
             reach = sa.or_(reach, projector.in_segments(inherited))
         query = query.where(reach)
     if run_id is not None:

@@ -253,7 +253,7 @@ class _Import:
             )
         if not s.present:
             self._free(branches, bid, "Branch", line)
-            self.conn.execute(branches.insert().values(**row))
+            self.conn.execute(branches.insert().values(**row, tenant=self.tenant))
         s.branches[bid] = parent
 
     def run(self, s: _Section, row: dict[str, Any], line: int) -> None:
@@ -322,7 +322,7 @@ class _Import:
         if self.progress is not None:
             self.progress(self.read)
         if not s.present:
-            self.pending.append((line, row, minted))
+            self.pending.append((line, {**row, "tenant": self.tenant}, minted))
             if len(self.pending) >= BATCH:
                 self.flush()
 
@@ -431,8 +431,10 @@ class _Import:
         e, b = events.c, branches.c
         found = self.conn.execute(
             sa.select(e.hash)
-            .select_from(events.join(branches, b.id == e.branch_id))
-            .where(e.conversation_id == b.conversation_id, b.id == parent_id)
+            .select_from(events.join(branches, sa.and_(b.id == e.branch_id, b.tenant == e.tenant)))
+            .where(
+                e.conversation_id == b.conversation_id, b.id == parent_id, b.tenant == self.tenant
+            )
             .where(e.position == parent_position)
         ).scalar()
         if found is None:
@@ -461,7 +463,7 @@ class _Import:
             what = f"branch '{empty[0]}' has no events" if empty else "its head event is missing"
             raise ImportFileError(s.line, _edited(f"In conversation '{s.id}', {what}."))
         if s.present:
-            if _tips(self.conn, s.id) != {b: tip for b, tip in s.tips.items()}:
+            if _tips(self.conn, self.tenant, s.id) != {b: tip for b, tip in s.tips.items()}:
                 raise self._conflict(s.id, s.line)
             self.present.append(s.id)
             return
@@ -494,7 +496,12 @@ class _Import:
                 .all()
             )
             rows = [
-                {"id": row["id"], "conversation_id": row["conversation_id"], "event_seq": seq}
+                {
+                    "id": row["id"],
+                    "conversation_id": row["conversation_id"],
+                    "event_seq": seq,
+                    "tenant": self.tenant,
+                }
                 for (_, row, caller), seq in zip(self.pending, seqs, strict=True)
                 if caller
             ]
@@ -575,19 +582,26 @@ def _name(phase: int) -> str:
     return next(k for k, v in _PHASES.items() if v == phase)
 
 
-def _tips(conn: Connection, conversation_id: str) -> dict[str, tuple[int, bytes]]:
+def _tips(conn: Connection, tenant: str, conversation_id: str) -> dict[str, tuple[int, bytes]]:
     """Each branch's last position and hash, as the target holds them."""
     e = events.c
     last = (
-        sa.select(e.branch_id, sa.func.max(e.position).label("tip"))
-        .where(e.conversation_id == conversation_id)
-        .group_by(e.branch_id)
+        sa.select(e.tenant, e.branch_id, sa.func.max(e.position).label("tip"))
+        .where(e.conversation_id == conversation_id, e.tenant == tenant)
+        .group_by(e.tenant, e.branch_id)
         .subquery()
     )
     rows = conn.execute(
         sa.select(e.branch_id, e.position, e.hash)
-        .join(last, sa.and_(e.branch_id == last.c.branch_id, e.position == last.c.tip))
-        .where(e.conversation_id == conversation_id)
+        .join(
+            last,
+            sa.and_(
+                e.tenant == last.c.tenant,
+                e.branch_id == last.c.branch_id,
+                e.position == last.c.tip,
+            ),
+        )
+        .where(e.conversation_id == conversation_id, e.tenant == tenant)
     ).all()
     return {str(b): (p, bytes(h)) for b, p, h in rows}
 

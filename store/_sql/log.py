@@ -305,6 +305,7 @@ def create_conversation_event(
             parent_position=fork_point.position if fork_point else None,
             reason="fork" if fork_point else "root",
             created_at=db_now(conn),
+            tenant=tenant,
         )
     )
     payload = _created_payload(tenant, metadata, fork_point)
@@ -326,6 +327,7 @@ def create_conversation_event(
         )
     (created,) = insert_events(
         conn,
+        tenant,
         conversation_id,
         branch_id,
         position,
@@ -361,7 +363,7 @@ def create_conversation_event(
             ) from error
         raise
     if fork_point:
-        projector.fill_view(conn, conversation_id, Position(branch_id, position))
+        projector.fill_view(conn, tenant, conversation_id, Position(branch_id, position))
     return get_conversation(conn, tenant, conversation_id), created
 
 
@@ -590,7 +592,7 @@ def resolve_position(conn: Connection, conv: Conversation, at: int | Position | 
                 f"runs from 1 to {conv.head.position}. Pass a position in that range (a "
                 f"position of another branch is read with that branch's id)."
             )
-        for _, branch_id, first, last in projector.lineage(conn, conv.head):
+        for _, branch_id, first, last in projector.lineage(conn, conv.tenant, conv.head):
             if first <= at <= last:
                 return Position(branch_id, at)
         raise AssertionError("a lineage covers every position up to its end")
@@ -600,7 +602,7 @@ def resolve_position(conn: Connection, conv: Conversation, at: int | Position | 
             return at  # the history a fork continues: its source's, up to the fork point
         branch = get_branch(conn, conv.tenant, conv.id, at.branch_id)
         first = (branch.parent.position if branch.parent else 0) + 1
-        tip = branch_tip(conn, conv.id, branch.id)
+        tip = branch_tip(conn, conv.tenant, conv.id, branch.id)
         if not first <= at.position <= tip:
             raise InvalidInputError(
                 f"Branch '{branch.id}' of conversation '{conv.id}' holds positions {first} to "
@@ -617,7 +619,7 @@ def _before_the_fork(conn: Connection, conv: Conversation, at: Position) -> bool
     point = Position(conv.forked_from.branch_id, conv.forked_from.position)
     return any(
         branch_id == at.branch_id and first <= at.position <= last
-        for _, branch_id, first, last in projector.lineage(conn, point)
+        for _, branch_id, first, last in projector.lineage(conn, conv.tenant, point)
     )
 
 
@@ -628,12 +630,10 @@ def get_branch(conn: Connection, tenant: str, conversation_id: str, branch_id: s
     """A branch of the tenant's conversation."""
     _check_id(branch_id, "branch")
     row = conn.execute(
-        sa.select(branches)
-        .join(conversations, conversations.c.id == branches.c.conversation_id)
-        .where(
+        sa.select(branches).where(
             branches.c.id == branch_id,
             branches.c.conversation_id == conversation_id,
-            conversations.c.tenant == tenant,
+            branches.c.tenant == tenant,
         )
     ).first()
     if row is None:
@@ -653,11 +653,13 @@ def get_branch(conn: Connection, tenant: str, conversation_id: str, branch_id: s
     )
 
 
-def branch_tip(conn: Connection, conversation_id: str, branch_id: str) -> int:
+def branch_tip(conn: Connection, tenant: str, conversation_id: str, branch_id: str) -> int:
     """The position of a branch's last event."""
     tip = conn.execute(
         sa.select(sa.func.max(events.c.position)).where(
-            events.c.conversation_id == conversation_id, events.c.branch_id == branch_id
+            events.c.conversation_id == conversation_id,
+            events.c.branch_id == branch_id,
+            events.c.tenant == tenant,
         )
     ).scalar_one()
     return int(tip or 0)
@@ -665,6 +667,7 @@ def branch_tip(conn: Connection, conversation_id: str, branch_id: str) -> int:
 
 def create_branch(
     conn: Connection,
+    tenant: str,
     conversation_id: str,
     parent: Position,
     reason: BranchReason,
@@ -685,6 +688,7 @@ def create_branch(
             run_id=run_id,
             resumes_run_id=resumes_run_id,
             created_at=db_now(conn),
+            tenant=tenant,
         )
     )
     payload = {
@@ -694,6 +698,7 @@ def create_branch(
     }
     (created,) = insert_events(
         conn,
+        tenant,
         conversation_id,
         branch_id,
         parent.position + 1,
@@ -708,6 +713,7 @@ def create_branch(
 
 def insert_events(
     conn: Connection,
+    tenant: str,
     conversation_id: str,
     branch_id: str,
     first_position: int,
@@ -739,10 +745,11 @@ def insert_events(
             "head": head and i == len(encoded) - 1,
             "idempotency_key": idempotency_key if i == 0 else None,
             "payload": text,
+            "tenant": tenant,
         }
         for i, (item, text) in enumerate(encoded)
     ]
-    previous = previous_hash(conn, conversation_id, branch_id, first_position)
+    previous = previous_hash(conn, tenant, conversation_id, branch_id, first_position)
     hashes = _chain.chained(previous, (tuple(row[f] for f in _chain.FIELDS) for row in rows))
     for row, event_hash in zip(rows, hashes, strict=True):
         row["hash"] = event_hash
@@ -772,13 +779,16 @@ def insert_events(
     ]
 
 
-def previous_hash(conn: Connection, conversation_id: str, branch_id: str, position: int) -> bytes:
+def previous_hash(
+    conn: Connection, tenant: str, conversation_id: str, branch_id: str, position: int
+) -> bytes:
     """The hash an event at `position` of `branch_id` chains to (see `store._sql.chain`)."""
     found = conn.execute(
         sa.select(events.c.hash).where(
             events.c.conversation_id == conversation_id,
             events.c.branch_id == branch_id,
             events.c.position == position - 1,
+            events.c.tenant == tenant,
         )
     ).scalar()
     if found is not None:
@@ -787,8 +797,16 @@ def previous_hash(conn: Connection, conversation_id: str, branch_id: str, positi
     parent = branches.alias("parent")
     row = conn.execute(
         sa.select(parent.c.conversation_id, branches.c.parent_branch_id, branches.c.parent_position)
-        .select_from(branches.join(parent, parent.c.id == branches.c.parent_branch_id))
-        .where(branches.c.id == branch_id)
+        .select_from(
+            branches.join(
+                parent,
+                sa.and_(
+                    parent.c.id == branches.c.parent_branch_id,
+                    parent.c.tenant == branches.c.tenant,
+                ),
+            )
+        )
+        .where(branches.c.id == branch_id, branches.c.tenant == tenant)
     ).first()
     if row is None:
         return _chain.GENESIS
@@ -797,6 +815,7 @@ def previous_hash(conn: Connection, conversation_id: str, branch_id: str, positi
             events.c.conversation_id == row[0],
             events.c.branch_id == row[1],
             events.c.position == row[2],
+            events.c.tenant == tenant,
         )
     ).scalar()
     return _chain.GENESIS if found is None else bytes(found)
@@ -824,14 +843,14 @@ def set_head(
         and new_head.branch_id == conv.head.branch_id
         and all(e.position > conv.head.position for e in appended)
     ):
-        projector.advance_view(conn, conv.id, [(e.position, e.seq) for e in appended])
+        projector.advance_view(conn, conv.tenant, conv.id, [(e.position, e.seq) for e in appended])
     else:
-        projector.move_view(conn, conv.id, conv.head, new_head)
+        projector.move_view(conn, conv.tenant, conv.id, conv.head, new_head)
     # Every new head is the tip of a branch no run is writing (the run that
     # wrote it has just ended), so the next append may continue it in place.
     conn.execute(
         conversations.update()
-        .where(conversations.c.id == conv.id)
+        .where(conversations.c.id == conv.id, conversations.c.tenant == conv.tenant)
         .values(
             head_branch_id=new_head.branch_id,
             head_position=new_head.position,
@@ -869,8 +888,8 @@ def move_head(
         )
     target = resolve_position(conn, conv, to)
     branch_id, position = target.branch_id, target.position
-    if not projector.head_is_open(conn, conv.id, target):
-        branch_id, _ = create_branch(conn, conv.id, target, "edit", origin="client")
+    if not projector.head_is_open(conn, tenant, conv.id, target):
+        branch_id, _ = create_branch(conn, tenant, conv.id, target, "edit", origin="client")
         position += 1
     payload = {
         "from": {"branchId": conv.head.branch_id, "position": conv.head.position},
@@ -878,6 +897,7 @@ def move_head(
     }
     (moved,) = insert_events(
         conn,
+        tenant,
         conv.id,
         branch_id,
         position + 1,
@@ -900,7 +920,13 @@ def list_events(
     """The tenant's raw log, in `seq` order, filtered by conversation or run."""
     query = (
         sa.select(events)
-        .join(conversations, conversations.c.id == events.c.conversation_id)
+        .join(
+            conversations,
+            sa.and_(
+                conversations.c.id == events.c.conversation_id,
+                conversations.c.tenant == events.c.tenant,
+            ),
+        )
         .where(conversations.c.tenant == tenant)
     )
     if conversation_id is not None:

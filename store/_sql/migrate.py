@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 __all__ = ["HEAD", "alembic_config", "current_revision", "upgrade"]
 
 VERSION_TABLE = "chatledger_alembic_version"
-HEAD = "0008"
+HEAD = "0009"
 """The newest revision in migrations/versions/, which a store checks a database
 against on every `check_schema` without loading Alembic; tests/store/test_schema.py
 holds it to Alembic's own reading of the scripts."""

@@ -48,8 +48,11 @@ Segment = tuple[str, str, int, int]
 """A piece of a lineage: (conversation id, branch id, first position, last position)."""
 
 
-def lineage(conn: Connection, at: Position) -> list[Segment]:
-    """The segments of the lineage ending at `at`, oldest first."""
+def lineage(conn: Connection, tenant: str, at: Position) -> list[Segment]:
+    """The segments of the lineage ending at `at`, a branch of `tenant`'s, oldest first.
+
+    A fork's lineage continues in its source, the same tenant's: every step names
+    the tenant, which keeps the walk on one shard on Citus."""
     chain = (
         sa.select(
             branches.c.id,
@@ -58,7 +61,7 @@ def lineage(conn: Connection, at: Position) -> list[Segment]:
             branches.c.parent_position,
             sa.literal(0).label("depth"),
         )
-        .where(branches.c.id == at.branch_id)
+        .where(branches.c.id == at.branch_id, branches.c.tenant == tenant)
         .cte("chain", recursive=True)
     )
     parent = branches.alias("parent")
@@ -69,7 +72,7 @@ def lineage(conn: Connection, at: Position) -> list[Segment]:
             parent.c.parent_branch_id,
             parent.c.parent_position,
             (chain.c.depth + 1).label("depth"),
-        ).where(parent.c.id == chain.c.parent_branch_id)
+        ).where(parent.c.id == chain.c.parent_branch_id, parent.c.tenant == tenant)
     )
     rows = conn.execute(
         sa.select(chain.c.conversation_id, chain.c.id, chain.c.parent_position).order_by(
@@ -112,35 +115,37 @@ def in_segments(segments: Sequence[Segment], after: int = 0) -> sa.ColumnElement
     return sa.or_(*clauses) if clauses else sa.false()
 
 
-def message_rows(conn: Connection, segments: Sequence[Segment]) -> list[tuple[int, str]]:
+def message_rows(
+    conn: Connection, tenant: str, segments: Sequence[Segment]
+) -> list[tuple[int, str]]:
     """The `message.recorded` (seq, payload) rows along `segments`, in order."""
     rows = conn.execute(
         sa.select(events.c.seq, events.c.payload)
-        .where(in_segments(segments), events.c.kind == MESSAGE)
+        .where(in_segments(segments), events.c.kind == MESSAGE, events.c.tenant == tenant)
         .order_by(events.c.position)
     ).all()
     return [(seq, payload) for seq, payload in rows]
 
 
-def message_payloads(conn: Connection, segments: Sequence[Segment]) -> list[str]:
+def message_payloads(conn: Connection, tenant: str, segments: Sequence[Segment]) -> list[str]:
     """The `message.recorded` payloads along `segments`, in order."""
     rows = conn.execute(
         sa.select(events.c.payload)
-        .where(in_segments(segments), events.c.kind == MESSAGE)
+        .where(in_segments(segments), events.c.kind == MESSAGE, events.c.tenant == tenant)
         .order_by(events.c.position)
     ).scalars()
     return list(rows)
 
 
-def view_payloads(conn: Connection, conversation_id: str, fork: bool) -> list[str]:
+def view_payloads(conn: Connection, tenant: str, conversation_id: str, fork: bool) -> list[str]:
     """The head view's message payloads: one indexed range scan."""
-    head = view_rows(conversation_id, [events.c.payload], fork)
+    head = view_rows(tenant, conversation_id, [events.c.payload], fork)
     rows = conn.execute(sa.select(head.c.payload).order_by(head.c.view_position)).scalars()
     return list(rows)
 
 
 def view_rows(
-    conversation_id: str, columns: Sequence[sa.ColumnElement[Any]], fork: bool
+    tenant: str, conversation_id: str, columns: Sequence[sa.ColumnElement[Any]], fork: bool
 ) -> sa.Subquery:
     """The head view's events as `columns` of `events`, with the entry's `view_position`.
 
@@ -160,11 +165,13 @@ def view_rows(
                     sa.and_(
                         events.c.conversation_id == holder,
                         events.c.seq == view_entries.c.event_seq,
+                        events.c.tenant == view_entries.c.tenant,
                     ),
                 )
             )
             .where(
                 view_entries.c.conversation_id == conversation_id,
+                view_entries.c.tenant == tenant,
                 entry.is_(None) if own else entry.is_not(None),
             )
         )
@@ -177,51 +184,71 @@ def view_rows(
     )
 
 
-def advance_view(conn: Connection, conversation_id: str, rows: Sequence[tuple[int, int]]) -> None:
+def advance_view(
+    conn: Connection, tenant: str, conversation_id: str, rows: Sequence[tuple[int, int]]
+) -> None:
     """Add messages appended at the head: `rows` are (position, event seq)."""
     if rows:
         conn.execute(
             view_entries.insert(),
-            [{"conversation_id": conversation_id, "position": p, "event_seq": s} for p, s in rows],
+            [
+                {
+                    "conversation_id": conversation_id,
+                    "position": p,
+                    "event_seq": s,
+                    "tenant": tenant,
+                }
+                for p, s in rows
+            ],
         )
 
 
-def move_view(conn: Connection, conversation_id: str, old: Position, new: Position) -> None:
+def move_view(
+    conn: Connection, tenant: str, conversation_id: str, old: Position, new: Position
+) -> None:
     """Bring the head view from lineage `old` to lineage `new`.
 
     Only the part after the lineages' common prefix is rewritten.
     """
-    new_segments = lineage(conn, new)
-    agreed = common_prefix(lineage(conn, old), new_segments)
+    new_segments = lineage(conn, tenant, new)
+    agreed = common_prefix(lineage(conn, tenant, old), new_segments)
     conn.execute(
         view_entries.delete().where(
             view_entries.c.conversation_id == conversation_id,
             view_entries.c.position > agreed,
+            view_entries.c.tenant == tenant,
         )
     )
-    _fill_view(conn, conversation_id, new_segments, after=agreed)
+    _fill_view(conn, tenant, conversation_id, new_segments, after=agreed)
 
 
-def fill_view(conn: Connection, conversation_id: str, head: Position) -> None:
+def fill_view(conn: Connection, tenant: str, conversation_id: str, head: Position) -> None:
     """Materialize the view of a conversation that has none yet (a new fork)."""
-    _fill_view(conn, conversation_id, lineage(conn, head))
+    _fill_view(conn, tenant, conversation_id, lineage(conn, tenant, head))
 
 
 def _fill_view(
-    conn: Connection, conversation_id: str, segments: Sequence[Segment], after: int = 0
+    conn: Connection,
+    tenant: str,
+    conversation_id: str,
+    segments: Sequence[Segment],
+    after: int = 0,
 ) -> None:
     if not any(last > after for *_, last in segments):
         return
     own = sa.literal(conversation_id, type_=view_entries.c.conversation_id.type)
     conn.execute(
         view_entries.insert().from_select(
-            ["conversation_id", "position", "event_seq", "event_conversation_id"],
+            ["conversation_id", "position", "event_seq", "event_conversation_id", "tenant"],
             sa.select(
                 own,
                 events.c.position,
                 events.c.seq,
                 sa.func.nullif(events.c.conversation_id, own),
-            ).where(in_segments(segments, after), events.c.kind == MESSAGE),
+                events.c.tenant,
+            ).where(
+                in_segments(segments, after), events.c.kind == MESSAGE, events.c.tenant == tenant
+            ),
         )
     )
 
@@ -238,12 +265,19 @@ def rebuild_views(
     `progress(done, total)` is called after each view.
     """
     query = sa.select(
-        conversations.c.id, conversations.c.head_branch_id, conversations.c.head_position
+        conversations.c.tenant,
+        conversations.c.id,
+        conversations.c.head_branch_id,
+        conversations.c.head_position,
     )
     if tenant is not None:
         ids = sa.select(conversations.c.id).where(conversations.c.tenant == tenant)
         query = query.where(conversations.c.tenant == tenant)
-        conn.execute(view_entries.delete().where(view_entries.c.conversation_id.in_(ids)))
+        conn.execute(
+            view_entries.delete().where(
+                view_entries.c.tenant == tenant, view_entries.c.conversation_id.in_(ids)
+            )
+        )
     elif conversation_ids is not None:
         query = query.where(conversations.c.id.in_(conversation_ids))
         conn.execute(
@@ -252,20 +286,22 @@ def rebuild_views(
     else:
         conn.execute(view_entries.delete())
     heads = conn.execute(query).all()
-    for done, (conversation_id, branch_id, position) in enumerate(heads, 1):
-        _fill_view(conn, conversation_id, lineage(conn, Position(branch_id, position)))
+    for done, (owner, conversation_id, branch_id, position) in enumerate(heads, 1):
+        head = Position(branch_id, position)
+        _fill_view(conn, owner, conversation_id, lineage(conn, owner, head))
         head_hash = conn.execute(
             sa.select(events.c.hash).where(
                 events.c.conversation_id == conversation_id,
                 events.c.branch_id == branch_id,
                 events.c.position == position,
+                events.c.tenant == owner,
             )
         ).scalar_one()
         conn.execute(
             conversations.update()
-            .where(conversations.c.id == conversation_id)
+            .where(conversations.c.id == conversation_id, conversations.c.tenant == owner)
             .values(
-                head_open=head_is_open(conn, conversation_id, Position(branch_id, position)),
+                head_open=head_is_open(conn, owner, conversation_id, head),
                 head_hash=head_hash,
             )
         )
@@ -274,16 +310,19 @@ def rebuild_views(
     return len(heads)
 
 
-def head_is_open(conn: Connection, conversation_id: str, head: Position) -> bool:
+def head_is_open(conn: Connection, tenant: str, conversation_id: str, head: Position) -> bool:
     """Whether `head` is its branch's tip and no running run writes that branch."""
     tip = conn.execute(
         sa.select(sa.func.max(events.c.position)).where(
-            events.c.conversation_id == conversation_id, events.c.branch_id == head.branch_id
+            events.c.conversation_id == conversation_id,
+            events.c.branch_id == head.branch_id,
+            events.c.tenant == tenant,
         )
     ).scalar_one()
     busy = conn.execute(
         sa.select(runs.c.id)
         .where(
+            runs.c.tenant == tenant,
             runs.c.conversation_id == conversation_id,
             runs.c.branch_id == head.branch_id,
             runs.c.status == "running",
@@ -293,11 +332,12 @@ def head_is_open(conn: Connection, conversation_id: str, head: Position) -> bool
     return tip == head.position and busy is None
 
 
-def head_at(conn: Connection, conversation_id: str, when: datetime) -> Position | None:
+def head_at(conn: Connection, tenant: str, conversation_id: str, when: datetime) -> Position | None:
     """The conversation's head as of `when`: the last head-setting event by then."""
     row = conn.execute(
         sa.select(events.c.branch_id, events.c.position)
         .where(
+            events.c.tenant == tenant,
             events.c.conversation_id == conversation_id,
             events.c.head.is_(True),
             events.c.recorded_at <= time_value(conn, when),
@@ -313,16 +353,17 @@ def head_at(conn: Connection, conversation_id: str, when: datetime) -> Position 
 # A conversation's own entries, then a fork's inherited ones (see `view_rows`).
 _OWN_HEAD = (
     "SELECT v.position, e.seq, e.payload FROM chatledger_conversations c "
-    "JOIN chatledger_view_entries v ON v.conversation_id = c.id "
+    "JOIN chatledger_view_entries v ON v.conversation_id = c.id AND v.tenant = c.tenant "
     "JOIN chatledger_events e ON e.conversation_id = v.conversation_id AND e.seq = v.event_seq "
+    "AND e.tenant = v.tenant "
     "WHERE c.id = {id} AND c.tenant = {tenant} AND v.event_conversation_id IS NULL"
 )
 _HEAD_PAYLOADS = (
     "SELECT seq, payload FROM (" + _OWN_HEAD + " UNION ALL "
     "SELECT v.position, e.seq, e.payload FROM chatledger_conversations c "
-    "JOIN chatledger_view_entries v ON v.conversation_id = c.id "
+    "JOIN chatledger_view_entries v ON v.conversation_id = c.id AND v.tenant = c.tenant "
     "JOIN chatledger_events e ON e.conversation_id = v.event_conversation_id "
-    "AND e.seq = v.event_seq "
+    "AND e.seq = v.event_seq AND e.tenant = v.tenant "
     "WHERE c.id = {id} AND c.tenant = {tenant}"
     ") h ORDER BY position"
 )
@@ -332,9 +373,10 @@ _HEAD_PAYLOADS = (
 _PG_HEAD_PAYLOADS = (
     "SELECT seq, payload FROM (" + _OWN_HEAD + " UNION ALL "
     "SELECT v.position, x.seq, x.payload FROM chatledger_conversations c "
-    "JOIN chatledger_view_entries v ON v.conversation_id = c.id "
+    "JOIN chatledger_view_entries v ON v.conversation_id = c.id AND v.tenant = c.tenant "
     "CROSS JOIN LATERAL (SELECT e.seq, e.payload FROM chatledger_events e "
-    "WHERE e.conversation_id = v.event_conversation_id AND e.seq = v.event_seq OFFSET 0) x "
+    "WHERE e.conversation_id = v.event_conversation_id AND e.seq = v.event_seq "
+    "AND e.tenant = v.tenant OFFSET 0) x "
     "WHERE c.id = {id} AND c.tenant = {tenant} AND v.event_conversation_id IS NOT NULL"
     ") h ORDER BY position"
 ).format(id="%(id)s", tenant="%(tenant)s")
@@ -346,8 +388,9 @@ _SQLITE_HEAD_PAYLOADS = _HEAD_PAYLOADS.format(id="?", tenant="?")
 _OWN_HEAD_FIRST = (
     "SELECT e.seq, e.payload "
     "FROM chatledger_conversations c "
-    "JOIN chatledger_view_entries v ON v.conversation_id = c.id "
+    "JOIN chatledger_view_entries v ON v.conversation_id = c.id AND v.tenant = c.tenant "
     "JOIN chatledger_events e ON e.conversation_id = v.conversation_id AND e.seq = v.event_seq "
+    "AND e.tenant = v.tenant "
     "WHERE c.id = {id} AND c.tenant = {tenant} AND c.forked_from_conversation_id IS NULL "
     "AND v.event_conversation_id IS NULL "
     "ORDER BY v.position"

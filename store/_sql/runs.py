@@ -216,11 +216,11 @@ def start_run(
     point = _log.resolve_position(conn, conv, base)
     written: list[Event] = []
     branch_id, position = point.branch_id, point.position
-    if resumed is not None or not projector.head_is_open(conn, conv.id, point):
+    if resumed is not None or not projector.head_is_open(conn, conv.tenant, conv.id, point):
         reason: BranchReason = "resume" if resumed is not None else "run"
         try:
             branch_id, created = _log.create_branch(
-                conn, conv.id, point, reason, run_id=run_id, resumes_run_id=resumes
+                conn, conv.tenant, conv.id, point, reason, run_id=run_id, resumes_run_id=resumes
             )
         except sa.exc.IntegrityError as error:
             # The transaction rolls back as this propagates: nothing is written.
@@ -240,6 +240,7 @@ def start_run(
     }
     started = _log.insert_events(
         conn,
+        conv.tenant,
         conv.id,
         branch_id,
         position + 1,
@@ -412,6 +413,7 @@ def record(
     _fence(conn, tenant, cursor, len(encoded), counts or {})
     written = _log.insert_events(
         conn,
+        tenant,
         cursor.conversation_id,
         cursor.branch_id,
         cursor.position + 1,
@@ -547,6 +549,7 @@ def end_run(
     )
     (ended,) = _log.insert_events(
         conn,
+        conv.tenant,
         conv.id,
         run.branch_id,
         cursor.position + 1,
@@ -728,6 +731,7 @@ def _give_up(conn: Connection, run: Run, max_attempts: int) -> None:
     }
     _log.insert_events(
         conn,
+        run.tenant,
         run.conversation_id,
         run.branch_id,
         run.position + 1,

@@ -140,9 +140,11 @@ class Record:
 
 CONVERSATION = Record("conversation", conversations, ("head_open",))
 SUBJECT_KEY = Record("subjectKey", subject_keys)
-BRANCH = Record("branch", branches)
+# A branch's and an event's tenant is their conversation's (a copy that
+# Citus distributes by, docs/adr/0054): the file says it once, per conversation.
+BRANCH = Record("branch", branches, ("tenant",))
 RUN = Record("run", runs)
-EVENT = Record("event", events, ("seq", "txid"))
+EVENT = Record("event", events, ("seq", "txid", "tenant"))
 _EXTRA = {"conversation": "events", "event": "callerMinted"}
 """The one field each record type has beyond its columns."""
 

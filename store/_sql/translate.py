@@ -32,7 +32,7 @@ import re
 import sqlite3
 import sys
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
@@ -52,7 +52,10 @@ _SESSION_ENDED = frozenset({"57P01", "57P02", "57P05"})
 _CONNECTION_EXCEPTION = "08"
 # SQLite's primary result code is the low byte of the extended one.
 _PRIMARY = 0xFF
-_PARTITION_KEY = re.compile(r"_p\d+$")
+_PARTITION_KEY = re.compile(r"(_p\d+)?(_\d+)?$")
+# A Citus coordinator relays a worker's unique violation without the
+# constraint's name field, but with the message that names it.
+_NAMED_KEY = re.compile(r'unique constraint "([^"]+)"')
 _SQLITE_UNIQUE = (sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY)
 
 
@@ -60,11 +63,21 @@ def key_name(name: str | None) -> str | None:
     """The name of the table's key that `name`, a key Postgres reported, belongs to.
 
     On a hash-partitioned table (store/_sql/partitions.py) a violation names
-    the partition's index, `<key>_p<i>`.
+    the partition's index, `<key>_p<i>`; on Citus, the shard's, `<key>_<shard id>`
+    (store/_sql/citus.py).
     """
     if name is None:
         return None
     return _PARTITION_KEY.sub("", name)
+
+
+def _violated(error: Any) -> str | None:
+    """The key a Postgres unique violation names, by its field or its message."""
+    name: str | None = error.diag.constraint_name
+    if name is None:
+        found = _NAMED_KEY.search(error.diag.message_primary or "")
+        name = None if found is None else found.group(1)
+    return key_name(name)
 
 
 def violated_key(error: BaseException) -> str | None:
@@ -72,7 +85,7 @@ def violated_key(error: BaseException) -> str | None:
     driver cursor; None for any other error."""
     if _sqlstate(error) != _UNIQUE_VIOLATION:
         return None
-    return key_name(error.diag.constraint_name)  # type: ignore[attr-defined]
+    return _violated(error)
 
 
 def unique_violation(error: BaseException, table: sa.Table, columns: Sequence[str]) -> bool:
@@ -84,7 +97,7 @@ def unique_violation(error: BaseException, table: sa.Table, columns: Sequence[st
         return False
     orig = error.orig
     if _sqlstate(orig) == _UNIQUE_VIOLATION:
-        name = key_name(orig.diag.constraint_name)  # type: ignore[union-attr]
+        name = _violated(orig)
         return any(
             getattr(constraint, "name", None) == name
             and [c.name for c in getattr(constraint, "columns", [])] == list(columns)
@@ -146,9 +159,7 @@ def _translated(action: str, error: Exception, orig: BaseException | None) -> Ch
             f"Cannot reach the database (while {action}): {_sentences(orig)} Check that the "
             f"server is running and that the URL, user and password are right."
         )
-    if _sqlstate(orig) == _RESTRICT_VIOLATION or (
-        sqlite_code == sqlite3.SQLITE_CONSTRAINT_TRIGGER
-    ):
+    if _sqlstate(orig) == _RESTRICT_VIOLATION or (sqlite_code == sqlite3.SQLITE_CONSTRAINT_TRIGGER):
         # What the append-only triggers raise (migrations/versions/0001_event_log.py);
         # no other trigger or RESTRICT key of chatledger's raises these.
         return StorageError(

@@ -107,17 +107,18 @@ def verify_many(
         )
     here = recompute == "client" or is_sqlite(conn)
     results = []
-    for chunk in _chunks(conn, tenant, conversation_ids):
-        ids = [c.id for c in chunk]
+    for owner, chunk in _chunks(conn, tenant, conversation_ids):
+        ids = _Ids(owner, [c.id for c in chunk])
         counts = _counts(conn, ids)
         broken = _orphans(conn, ids)
         chains, hashed, naming = (_verify_here if here else _verify_in_database)(conn, ids)
-        ends = _check_names(conn, chunk, naming)
+        ends = _check_names(conn, ids, chunk, naming)
         for conv in chunk:
             result = broken.get(conv.id) or chains.get(conv.id) or ends.get(conv.id)
             checked = hashed.get(conv.id, 0)
             if result is None and checked != counts.get(conv.id, 0):
-                result = _strays(conn, conv.id, counts.get(conv.id, 0) - checked)
+                strays = _Ids(owner, [conv.id])
+                result = _strays(conn, strays, counts.get(conv.id, 0) - checked)
             if result is None:
                 verification = Verification(conv.id, True, checked, conv.head_hash.hex())
             else:
@@ -144,14 +145,15 @@ def check_recompute(recompute: str) -> None:
         )
 
 
-def _strays(conn: Connection, conversation_id: str, count: int) -> _Problem:
+def _strays(conn: Connection, conversation: _Ids, count: int) -> _Problem:
     """Events of the conversation that lie on none of its branches (so no chain covers them)."""
     seq, event_id = _raw(
         conn,
         "SELECT e.seq, CAST(e.id AS TEXT) FROM chatledger_events e WHERE e.conversation_id {ids} "
-        "AND NOT EXISTS (SELECT 1 FROM chatledger_branches b WHERE b.id = e.branch_id "
-        "AND b.conversation_id = e.conversation_id) ORDER BY e.seq LIMIT 1",
-        [conversation_id],
+        "AND e.tenant = {tenant} AND NOT EXISTS (SELECT 1 FROM chatledger_branches b "
+        "WHERE b.id = e.branch_id AND b.conversation_id = e.conversation_id "
+        "AND b.tenant = e.tenant) ORDER BY e.seq LIMIT 1",
+        conversation,
     )[0]
     return _Problem(
         f"{count} event(s) of the conversation lie on none of its branches, the first being "
@@ -163,40 +165,49 @@ def _strays(conn: Connection, conversation_id: str, count: int) -> _Problem:
 
 def _chunks(
     conn: Connection, tenant: str | None, conversation_ids: list[str] | None
-) -> Iterator[list[_Conversation]]:
-    """The conversations to verify, `CHUNK` at a time, in id order."""
+) -> Iterator[tuple[str, list[_Conversation]]]:
+    """The conversations to verify, at most `CHUNK` at a time, each chunk one tenant's
+    (every query of a chunk names it: on Citus, one shard), in (tenant, id) order."""
     c = conversations.c
     query = sa.select(
+        c.tenant,
         c.id,
         c.head_branch_id,
         c.head_position,
         c.head_hash,
         c.forked_from_branch_id,
         c.forked_from_position,
-    ).order_by(c.id)
+    ).order_by(c.tenant, c.id)
     if tenant is not None:
         query = query.where(c.tenant == tenant)
     if conversation_ids is not None:
         query = query.where(c.id.in_(conversation_ids))
-    after: str | None = None
+    after: tuple[str, str] | None = None
     while True:
         page = conn.execute(
-            (query if after is None else query.where(c.id > after)).limit(CHUNK)
+            (query if after is None else query.where(sa.tuple_(c.tenant, c.id) > after)).limit(
+                CHUNK
+            )
         ).all()
         if not page:
             return
-        yield [
-            _Conversation(
-                str(r.id),
-                Position(str(r.head_branch_id), r.head_position),
-                bytes(r.head_hash),
-                None
-                if r.forked_from_branch_id is None
-                else Position(str(r.forked_from_branch_id), r.forked_from_position),
+        for owner in dict.fromkeys(r.tenant for r in page):
+            yield (
+                owner,
+                [
+                    _Conversation(
+                        str(r.id),
+                        Position(str(r.head_branch_id), r.head_position),
+                        bytes(r.head_hash),
+                        None
+                        if r.forked_from_branch_id is None
+                        else Position(str(r.forked_from_branch_id), r.forked_from_position),
+                    )
+                    for r in page
+                    if r.tenant == owner
+                ],
             )
-            for r in page
-        ]
-        after = str(page[-1].id)
+        after = (page[-1].tenant, str(page[-1].id))
 
 
 @dataclass(frozen=True)
@@ -230,17 +241,33 @@ def _gap(expected: int, row: Any, checked: int | None = None) -> _Problem:
     )
 
 
-def _raw(conn: Connection, sql: str, ids: list[str], binary: bool = False) -> list[Any]:
-    """Rows straight from the driver for `sql`, whose every `{ids}` stands for the id list.
+@dataclass(frozen=True)
+class _Ids:
+    """Conversations of one tenant, as a verify's queries name them."""
+
+    tenant: str
+    ids: list[str]
+
+
+def _raw(conn: Connection, sql: str, ids: _Ids, binary: bool = False) -> list[Any]:
+    """Rows straight from the driver for `sql`, whose every `{ids}` stands for the id
+    list and every `{tenant}` for their tenant.
 
     A verify reads every row of the log, and SQLAlchemy's per-row machinery
     would cost more than the hashing.
     """
-    uses = sql.count("{ids}")
     if is_sqlite(conn):
-        placeholders = "IN (" + ", ".join("?" * len(ids)) + ")"
-        return _fetch(conn, sql.format(ids=placeholders), tuple(ids) * uses)
-    return _fetch(conn, sql.format(ids="= ANY(%s::uuid[])"), (ids,) * uses, binary)
+        names = {f"i{n}": i for n, i in enumerate(ids.ids)}
+        listed = "IN (" + ", ".join(f":{name}" for name in names) + ")"
+        return _fetch(
+            conn, sql.format(ids=listed, tenant=":tenant"), {"tenant": ids.tenant, **names}
+        )
+    return _fetch(
+        conn,
+        sql.format(ids="= ANY(%(ids)s::uuid[])", tenant="%(tenant)s"),
+        {"ids": ids.ids, "tenant": ids.tenant},
+        binary,
+    )
 
 
 def _fetch(conn: Connection, sql: str, params: Any, binary: bool = False) -> list[Any]:
@@ -261,19 +288,19 @@ def _fetch(conn: Connection, sql: str, params: Any, binary: bool = False) -> lis
     return rows
 
 
-def _counts(conn: Connection, ids: list[str]) -> dict[str, int]:
+def _counts(conn: Connection, ids: _Ids) -> dict[str, int]:
     return {
         str(c): n
         for c, n in _raw(
             conn,
             "SELECT conversation_id, count(*) FROM chatledger_events "
-            "WHERE conversation_id {ids} GROUP BY conversation_id",
+            "WHERE conversation_id {ids} AND tenant = {tenant} GROUP BY conversation_id",
             ids,
         )
     }
 
 
-def _orphans(conn: Connection, ids: list[str]) -> dict[str, _Problem]:
+def _orphans(conn: Connection, ids: _Ids) -> dict[str, _Problem]:
     """Per conversation, the first branch whose parent event is gone.
 
     The branch's first event (its `branch.created`, or a fork's
@@ -287,9 +314,12 @@ def _orphans(conn: Connection, ids: list[str]) -> dict[str, _Problem]:
         "CAST(b.parent_branch_id AS TEXT), b.parent_position, f.seq, CAST(f.id AS TEXT), f.kind "
         "FROM chatledger_branches b LEFT JOIN chatledger_events f "
         "ON f.conversation_id = b.conversation_id AND f.branch_id = b.id "
-        "AND f.position = b.parent_position + 1 "
-        "WHERE b.conversation_id {ids} AND b.parent_branch_id IS NOT NULL AND NOT EXISTS ("
-        + _EXISTS_AT.format(branch_id="b.parent_branch_id", position="b.parent_position")
+        "AND f.position = b.parent_position + 1 AND f.tenant = b.tenant "
+        "WHERE b.conversation_id {ids} AND b.tenant = {tenant} "
+        "AND b.parent_branch_id IS NOT NULL AND NOT EXISTS ("
+        + _EXISTS_AT.format(
+            branch_id="b.parent_branch_id", position="b.parent_position", tenant="b.tenant"
+        )
         + ") ORDER BY b.conversation_id, b.id",
         ids,
     ):
@@ -312,12 +342,12 @@ def _orphans(conn: Connection, ids: list[str]) -> dict[str, _Problem]:
 _ROWS = (
     "SELECT CAST(id AS TEXT), CAST(conversation_id AS TEXT), CAST(branch_id AS TEXT), position, "
     "CAST(run_id AS TEXT), kind, origin, head, idempotency_key, {payload}, seq, hash "
-    "FROM chatledger_events WHERE conversation_id {{ids}} "
+    "FROM chatledger_events WHERE conversation_id {{ids}} AND tenant = {{tenant}} "
     "ORDER BY conversation_id, branch_id, position"
 )
 
 
-def _verify_here(conn: Connection, ids: list[str]) -> _Chains:
+def _verify_here(conn: Connection, ids: _Ids) -> _Chains:
     """The chains recomputed in this process, from the rows as stored.
 
     Returns the first problem of each broken conversation, per conversation
@@ -341,7 +371,7 @@ def _verify_here(conn: Connection, ids: list[str]) -> _Chains:
         conn,
         "SELECT CAST(conversation_id AS TEXT), CAST(id AS TEXT), CAST(parent_branch_id AS TEXT), "
         "parent_position FROM chatledger_branches WHERE conversation_id {ids} "
-        "ORDER BY conversation_id, id",
+        "AND tenant = {tenant} ORDER BY conversation_id, id",
         ids,
     )
 
@@ -352,11 +382,20 @@ def _verify_here(conn: Connection, ids: list[str]) -> _Chains:
             return stored[(parent_id, position)]
         found = conn.execute(  # a fork's root branch continues another conversation
             sa.select(events.c.hash)
-            .select_from(events.join(branches, branches.c.id == events.c.branch_id))
+            .select_from(
+                events.join(
+                    branches,
+                    sa.and_(
+                        branches.c.id == events.c.branch_id,
+                        branches.c.tenant == events.c.tenant,
+                    ),
+                )
+            )
             .where(
                 events.c.conversation_id == branches.c.conversation_id,
                 events.c.branch_id == parent_id,
                 events.c.position == position,
+                events.c.tenant == ids.tenant,
             )
         ).scalar()
         return None if found is None else bytes(found)
@@ -403,10 +442,10 @@ SELECT b.conversation_id::text, count(*),
   (array_agg(x.expected ORDER BY b.id, x.position) FILTER (WHERE x.bad))[1],
   array_agg(x.seq) FILTER (WHERE x.names)
 FROM chatledger_branches b
-LEFT JOIN chatledger_branches pb ON pb.id = b.parent_branch_id
+LEFT JOIN chatledger_branches pb ON pb.id = b.parent_branch_id AND pb.tenant = b.tenant
 LEFT JOIN chatledger_events p
   ON p.conversation_id = pb.conversation_id AND p.branch_id = pb.id
-  AND p.position = b.parent_position
+  AND p.position = b.parent_position AND p.tenant = pb.tenant
 CROSS JOIN LATERAL (
   SELECT y.seq, y.position, y.expected, y.position <> y.expected OR NOT y.matches AS bad,
     y.names
@@ -417,21 +456,22 @@ CROSS JOIN LATERAL (
         coalesce(lag(e.hash) OVER w, p.hash, {_GENESIS_SQL}) || {{content}}
       ) AS matches
     FROM chatledger_events e
-    WHERE e.conversation_id = b.conversation_id AND e.branch_id = b.id
+    WHERE e.conversation_id = b.conversation_id AND e.branch_id = b.id AND e.tenant = b.tenant
     WINDOW w AS (ORDER BY e.position)
   ) y
 ) x
-WHERE b.conversation_id {{{{ids}}}}
+WHERE b.conversation_id {{{{ids}}}} AND b.tenant = {{{{tenant}}}}
 GROUP BY b.conversation_id
 """
 
 _NAMED = (
     "SELECT seq, CAST(id AS TEXT), CAST(branch_id AS TEXT), position, kind "
-    "FROM chatledger_events WHERE conversation_id = ANY(CAST(%s AS uuid[])) AND seq = ANY(%s)"
+    "FROM chatledger_events WHERE conversation_id = ANY(CAST(%s AS uuid[])) AND tenant = %s "
+    "AND seq = ANY(%s)"
 )
 
 
-def _verify_in_database(conn: Connection, ids: list[str]) -> _Chains:
+def _verify_in_database(conn: Connection, ids: _Ids) -> _Chains:
     """The chains recomputed by Postgres in one pass; only counts and failures travel.
 
     Returns what `_verify_here` returns; the naming events' payloads are
@@ -451,11 +491,11 @@ def _verify_in_database(conn: Connection, ids: list[str]) -> _Chains:
         naming_seqs += names or ()
     naming: list[_Naming] = []
     if naming_seqs:
-        naming = _fetch(conn, _NAMING, (ids, naming_seqs))
+        naming = _fetch(conn, _NAMING, (ids.ids, ids.tenant, naming_seqs))
     problems = {}
     if failed:
         seqs = [seq for seq, _ in failed.values()]
-        named = {row[0]: row for row in _fetch(conn, _NAMED, (ids, seqs))}
+        named = {row[0]: row for row in _fetch(conn, _NAMED, (ids.ids, ids.tenant, seqs))}
         for conversation_id, (seq, expected) in failed.items():
             row = named[seq]
             problems[conversation_id] = (
@@ -466,7 +506,8 @@ def _verify_in_database(conn: Connection, ids: list[str]) -> _Chains:
 
 _NAMING = (
     "SELECT CAST(conversation_id AS TEXT), seq, CAST(id AS TEXT), kind, payload "
-    "FROM chatledger_events WHERE conversation_id = ANY(CAST(%s AS uuid[])) AND seq = ANY(%s)"
+    "FROM chatledger_events WHERE conversation_id = ANY(CAST(%s AS uuid[])) AND tenant = %s "
+    "AND seq = ANY(%s)"
 )
 
 
@@ -495,7 +536,7 @@ class _Name:
 
 
 def _check_names(
-    conn: Connection, chunk: list[_Conversation], naming: list[_Naming]
+    conn: Connection, ids: _Ids, chunk: list[_Conversation], naming: list[_Naming]
 ) -> dict[str, _Problem]:
     """Deleted tails leave no gap: check that every event something names is there.
 
@@ -503,16 +544,16 @@ def _check_names(
     name a position (in `seq` order); the run rows and the fork point.
     (Each branch's parent is `_orphans`'.) One query looks them all up.
     """
-    found = _check_head(conn, [c.id for c in chunk])
-    names = [*_names_in_events(naming), *_names_in_rows(conn, chunk)]
-    absent = _absent(conn, {(n.branch_id, n.position) for n in names})
+    found = _check_head(conn, ids)
+    names = [*_names_in_events(naming), *_names_in_rows(conn, ids, chunk)]
+    absent = _absent(conn, ids.tenant, {(n.branch_id, n.position) for n in names})
     for name in names:
         if (name.branch_id, name.position) in absent:
             found.setdefault(name.conversation_id, name.missing())
     return found
 
 
-def _check_head(conn: Connection, ids: list[str]) -> dict[str, _Problem]:
+def _check_head(conn: Connection, ids: _Ids) -> dict[str, _Problem]:
     """The head row's event must be there, with the hash the row keeps."""
     found: dict[str, _Problem] = {}
     for conversation_id, branch_id, position, seq, event_id in _raw(
@@ -521,7 +562,8 @@ def _check_head(conn: Connection, ids: list[str]) -> dict[str, _Problem]:
         "CAST(e.id AS TEXT) FROM chatledger_conversations c "
         "LEFT JOIN chatledger_events e ON e.conversation_id = c.id "
         "AND e.branch_id = c.head_branch_id AND e.position = c.head_position "
-        "WHERE c.id {ids} AND (e.hash IS NULL OR e.hash <> c.head_hash)",
+        "AND e.tenant = c.tenant "
+        "WHERE c.id {ids} AND c.tenant = {tenant} AND (e.hash IS NULL OR e.hash <> c.head_hash)",
         ids,
     ):
         if seq is None:
@@ -600,15 +642,15 @@ _RUN_ROLES = (
 """Run rows' names: role, and the columns of branch id and position in `_names_in_rows`."""
 
 
-def _names_in_rows(conn: Connection, chunk: list[_Conversation]) -> Iterator[_Name]:
+def _names_in_rows(conn: Connection, ids: _Ids, chunk: list[_Conversation]) -> Iterator[_Name]:
     """The positions the run rows and the conversations' fork points name."""
     for row in _raw(
         conn,
         "SELECT CAST(conversation_id AS TEXT), CAST(id AS TEXT), CAST(branch_id AS TEXT), "
         "position, CAST(base_branch_id AS TEXT), base_position, "
         "CAST(head_branch_id AS TEXT), head_position FROM chatledger_runs "
-        "WHERE conversation_id {ids} ORDER BY conversation_id, id",
-        [c.id for c in chunk],
+        "WHERE conversation_id {ids} AND tenant = {tenant} ORDER BY conversation_id, id",
+        ids,
     ):
         for role, branch, position in _RUN_ROLES:
             yield _Name(row[0], row[branch], row[position], f"run '{row[1]}'", role)
@@ -626,27 +668,30 @@ def _names_in_rows(conn: Connection, chunk: list[_Conversation]) -> Iterator[_Na
 _EXISTS_AT = (
     "SELECT 1 FROM chatledger_branches pb JOIN chatledger_events pe "
     "ON pe.conversation_id = pb.conversation_id AND pe.branch_id = pb.id "
-    "WHERE pb.id = {branch_id} AND pe.position = {position}"
+    "AND pe.tenant = pb.tenant "
+    "WHERE pb.id = {branch_id} AND pe.position = {position} AND pb.tenant = {tenant}"
 )
 """Whether an event is at (branch, position): found through the branch's row,
 because a name may point into another conversation (a fork's source)."""
 
 
-def _absent(conn: Connection, points: set[tuple[str, int]]) -> set[tuple[str, int]]:
-    """Those of `points` (branch id, position) that hold no event: one query for all."""
+def _absent(conn: Connection, tenant: str, points: set[tuple[str, int]]) -> set[tuple[str, int]]:
+    """Those of `points` (branch id, position, of `tenant`'s branches) that hold no
+    event: one query for all."""
     if not points:
         return set()
-    exists = _EXISTS_AT.format(branch_id="t.b", position="t.p")
     if is_sqlite(conn):
+        exists = _EXISTS_AT.format(branch_id="t.b", position="t.p", tenant="?")
         sql = (
             "SELECT t.b, t.p FROM (SELECT json_extract(value, '$[0]') AS b, "
             f"json_extract(value, '$[1]') AS p FROM json_each(?)) t WHERE NOT EXISTS ({exists})"
         )
-        params: Any = (json.dumps(sorted(points)),)
+        params: Any = (json.dumps(sorted(points)), tenant)
     else:
+        exists = _EXISTS_AT.format(branch_id="t.b", position="t.p", tenant="%s")
         sql = (
             "SELECT t.b::text, t.p FROM unnest(%s::uuid[], %s::int[]) AS t(b, p) "
             f"WHERE NOT EXISTS ({exists})"
         )
-        params = ([b for b, _ in points], [p for _, p in points])
+        params = ([b for b, _ in points], [p for _, p in points], tenant)
     return {(str(b), int(p)) for b, p in _fetch(conn, sql, params)}

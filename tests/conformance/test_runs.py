@@ -251,7 +251,11 @@ def test_append_messages_is_atomic(store: Store, ledger: Ledger) -> None:
     # A stray view row where the batch's second message would go makes the
     # database fail the append midway, after its first rows were written.
     with store.engine.begin() as conn:
-        conn.execute(view_entries.insert().values(conversation_id=conv.id, position=4, event_seq=0))
+        conn.execute(
+            view_entries.insert().values(
+                conversation_id=conv.id, position=4, event_seq=0, tenant=ledger.tenant
+            )
+        )
     with pytest.raises(StorageError):
         ledger.append_messages(conv.id, [user("lost 1"), user("lost 2")])
     with store.engine.begin() as conn:

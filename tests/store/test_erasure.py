@@ -618,10 +618,11 @@ def test_copied_ciphertext_is_never_opened_outside_its_place(
         conn.execute(
             sa.text(
                 "INSERT INTO chatledger_events (id, conversation_id, branch_id, position, kind, "
-                "origin, head, recorded_at, payload, hash) VALUES (:id, :c, :b, :p, "
-                "'conversation.created', 'client', false, CURRENT_TIMESTAMP, :payload, :hash)"
+                "origin, head, recorded_at, payload, hash, tenant) VALUES (:id, :c, :b, :p, "
+                "'conversation.created', 'client', false, CURRENT_TIMESTAMP, :payload, :hash, :t)"
             ),
             {
+                "t": attacker.tenant,
                 "id": str(uuid.uuid4()),
                 "c": in_the_clear.id,
                 "b": str(head[0]),

@@ -145,7 +145,8 @@ def _read_back(engine: sa.Engine) -> dict[str, list[tuple[object, ...]]]:
         "FROM chatledger_events ORDER BY seq",
         "views": "SELECT conversation_id::text, position, event_seq "
         "FROM chatledger_view_entries ORDER BY 1, 2",
-        "branches": "SELECT * FROM chatledger_branches ORDER BY id",
+        "branches": "SELECT id, conversation_id, parent_branch_id, parent_position, reason, "
+        "run_id, resumes_run_id, created_at FROM chatledger_branches ORDER BY id",
         "runs": "SELECT * FROM chatledger_runs ORDER BY id",
         "conversations": "SELECT id, tenant, head_branch_id, head_position, head_open, "
         "head_hash, created_at, metadata, forked_from_conversation_id, forked_from_branch_id, "
@@ -346,7 +347,9 @@ def test_hot_queries_touch_one_partition(partitioned: str) -> None:
         ledger.history(conv.id)
         ledger.entries(conv.id)
         run = ledger.runs.start(conv.id, owner="w")
-        _, run = ledger.runs.record(run, [NewEvent.of_message(Message(role="assistant", content="o"))])
+        _, run = ledger.runs.record(
+            run, [NewEvent.of_message(Message(role="assistant", content="o"))]
+        )
         ledger.runs.complete(run)
         ledger.audit.run_timeline(run.run_id)
         ledger.events(conversation_id=conv.id)

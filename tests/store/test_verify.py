@@ -156,6 +156,7 @@ def test_an_event_added_outside_every_branch_is_found(
                 recorded_at=model.recorded_at,
                 payload=model.payload_json,
                 hash=model.hash,
+                tenant=ledger.tenant,
             )
         )
     result = ledger.verify(conv, recompute=recompute)
