@@ -60,10 +60,11 @@ from chatledger.store._sql.log import (
     utc,
 )
 from chatledger.store._sql.projector import head_is_open
-from chatledger.store._sql.translate import violated_key
+from chatledger.store._sql.translate import unique_violation, violated_key
 from chatledger.store._values import Appended, BranchReason, Conversation, Event, NewEvent, Position
 from chatledger.store.ids import new_id
 from chatledger.store.schema import conversations, events
+from chatledger.store.schema import event_ids as minted_ids
 
 __all__ = [
     "POSTGRES",
@@ -470,9 +471,11 @@ SELECT head_branch_id, head_position, head_open, head_hash, state, subject IS NO
        erased_at IS NULL,
        %(key)s::text IS NOT NULL AND EXISTS (
            SELECT 1 FROM chatledger_events k
-           WHERE k.conversation_id = %(cid)s AND k.idempotency_key = %(key)s::text),
+           WHERE k.conversation_id = %(cid)s AND k.idempotency_key = %(key)s::text
+             AND k.tenant = %(tenant)s),
        %(named)s::uuid[] IS NOT NULL AND EXISTS (
-           SELECT 1 FROM chatledger_event_ids x WHERE x.id = ANY(%(named)s::uuid[]))
+           SELECT 1 FROM chatledger_event_ids x
+           WHERE x.id = ANY(%(named)s::uuid[]) AND x.tenant = %(tenant)s)
 FROM chatledger_conversations WHERE id = %(cid)s AND tenant = %(tenant)s
 """
 _READ_SQLITE = (
@@ -909,11 +912,13 @@ def _root(
 # -- the general path: every case, with SQLAlchemy Core ------------------------------
 
 
-def keyed_event(conn: Connection, conversation_id: str, key: str) -> Event | None:
+def keyed_event(conn: Connection, tenant: str, conversation_id: str, key: str) -> Event | None:
     """The event that carries idempotency key `key` in the conversation (the first of its append)."""
     row = conn.execute(
         sa.select(events).where(
-            events.c.conversation_id == conversation_id, events.c.idempotency_key == key
+            events.c.conversation_id == conversation_id,
+            events.c.idempotency_key == key,
+            events.c.tenant == tenant,
         )
     ).first()
     return None if row is None else event_from_row(row)
@@ -973,12 +978,13 @@ def replayed(
     exactly: a retry with fewer, more or other messages, or one that would
     reach into a later append, is an `InvalidInputError`, never a partial replay.
     """
-    first = keyed_event(conn, conv.id, key)
+    first = keyed_event(conn, conv.tenant, conv.id, key)
     if first is None:
         return None
     rows = conn.execute(
         sa.select(events)
         .where(
+            events.c.tenant == conv.tenant,
             events.c.conversation_id == conv.id,
             events.c.branch_id == first.branch_id,
             events.c.position >= first.position,
@@ -1034,10 +1040,10 @@ def append_messages(
         check_expected(conv, Position(turn.expected_branch, expected))
     else:
         check_expected(conv, expected)
-    _keys.check_writable(conn, cid, encoded)
+    _keys.check_writable(conn, turn.tenant, cid, encoded)
     _entries.check_state(conv, turn.expected_state, seal)
     if turn.named:
-        _entries.check_ids_free(conn, cid, turn.named)
+        _entries.check_ids_free(conn, turn.tenant, cid, turn.named)
     base = conv.head if after is None else resolve_position(conn, conv, after)
     branch_id, position = base.branch_id, base.position
     written: list[Event] = [] if created is None else [created]
@@ -1070,8 +1076,9 @@ def append_messages(
     try:
         done = on_cursor(conn, lambda cursor: _WRITERS[is_sqlite(conn)](cursor, checked, at))
     except Exception as error:
-        # A caller id taken by a concurrent append since `check_ids_free`.
-        if violated_key(error) == "pk_chatledger_event_ids":
+        # A caller id taken by a concurrent append since `check_ids_free`, or by
+        # another tenant (one server's key is the id alone).
+        if unique_violation(error, minted_ids, ["id"]):
             raise _entries.ids_taken(cid) from error
         raise
     assert done is not None, "the head moved under the row lock"

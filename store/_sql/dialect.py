@@ -226,12 +226,18 @@ def settled_position(conn: Connection) -> tuple[int, int] | None:
     return (int(horizon) - 1, MAX_SEQ)
 
 
-def snapshot_horizon(bind: Connection) -> ColumnElement[int] | None:
+def snapshot_horizon(bind: Connection) -> int | None:
     """The txid below which every transaction has ended, or None when all have (SQLite).
 
-    Postgres: the statement snapshot's xmin. Select it as a column of the
-    query it guards, so it belongs to the same snapshot as the rows.
+    Postgres: the xmin of a snapshot taken now, in a statement of its own, before
+    the query it guards: every row with a txid below it committed before that
+    query's snapshot, so the query sees them all. A statement without tables
+    runs on a Citus coordinator, whose transaction ids are the ones the rows
+    carry (the coordinator evaluates the `txid` default), and a transaction on
+    one shard commits on its worker before it ends on the coordinator
+    (docs/adr/0054-citus-distributed-by-tenant.md).
     """
     if is_sqlite(bind):
         return None
-    return sa.literal_column("pg_snapshot_xmin(pg_current_snapshot())::text::bigint", sa.BigInteger)
+    found = bind.exec_driver_sql("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint")
+    return int(found.scalar_one())

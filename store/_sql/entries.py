@@ -180,23 +180,24 @@ def check_ids(ids: object, count: int) -> list[str] | None:
     return checked
 
 
-def check_ids_free(conn: Connection, conversation_id: str, ids: Sequence[str]) -> None:
-    """Refuse caller-minted event ids that another event holds."""
-    taken = conn.execute(sa.select(event_ids.c.id).where(event_ids.c.id.in_(ids))).scalars().first()
+def check_ids_free(conn: Connection, tenant: str, conversation_id: str, ids: Sequence[str]) -> None:
+    """Refuse caller-minted event ids that another event of the tenant holds. Another
+    tenant's is refused by the key on one server, with the same error (`ids_taken`);
+    on Citus ids are a tenant's (docs/adr/0054-citus-distributed-by-tenant.md)."""
+    taken = conn.execute(
+        sa.select(event_ids.c.id).where(event_ids.c.id.in_(ids), event_ids.c.tenant == tenant)
+    ).first()
     if taken is not None:
-        raise ConflictError(
-            f"Event id '{taken}' is taken. Mint a new id for each message (a UUIDv7, say); "
-            f"to retry an append that may have landed, pass the same idempotency key.",
-            conversation_id=conversation_id,
-        )
+        raise ids_taken(conversation_id)
 
 
 def ids_taken(conversation_id: str) -> ConflictError:
-    """An event id of the append taken by a concurrent append after `check_ids_free`."""
+    """An event id of the append is taken (found by `check_ids_free`, or by the key when
+    a concurrent append, or another tenant, took it)."""
     return ConflictError(
-        "An event id of this append was taken by a concurrent append, so nothing was "
-        "written. Mint a new id for each message (a UUIDv7, say); to retry an append that "
-        "may have landed, pass the same idempotency key.",
+        "An event id of this append is taken by another event, so nothing was written. "
+        "Mint a new id for each message (a UUIDv7, say); to retry an append that may "
+        "have landed, pass the same idempotency key.",
         conversation_id=conversation_id,
     )
 
@@ -275,14 +276,14 @@ def record_state(
     view current), which becomes the head; and the conversation row's state: both
     sealed under `seal`, which must be the conversation's."""
     encoded = seal.events([state_changed(json.loads(state_text), state_text)])
-    _keys.check_writable(conn, conv.id, encoded)
+    _keys.check_writable(conn, conv.tenant, conv.id, encoded)
     (changed,) = insert_events(
         conn, conv.tenant, conv.id, at.branch_id, at.position + 1, encoded, head=True
     )
     set_head(
         conn, replace(conv, head=at), Position(at.branch_id, changed.position), [], changed.hash
     )
-    store_state(conn, conv.id, seal.state(state_text))
+    store_state(conn, conv.tenant, conv.id, seal.state(state_text))
     return changed
 
 
@@ -328,10 +329,12 @@ def state_changes(
     ]
 
 
-def store_state(conn: Connection, conversation_id: str, state_text: str) -> None:
+def store_state(conn: Connection, tenant: str, conversation_id: str, state_text: str) -> None:
     """The conversation row's current state (its `state.changed` event written)."""
     conn.execute(
-        conversations.update().where(conversations.c.id == conversation_id).values(state=state_text)
+        conversations.update()
+        .where(conversations.c.id == conversation_id, conversations.c.tenant == tenant)
+        .values(state=state_text)
     )
 
 

@@ -57,7 +57,9 @@ def erase_if_idle(
     if sorted(ids) != sorted(conversation_ids):
         return None
     latest = conn.execute(
-        sa.select(sa.func.max(events.c.recorded_at)).where(events.c.conversation_id.in_(ids))
+        sa.select(sa.func.max(events.c.recorded_at)).where(
+            events.c.conversation_id.in_(ids), events.c.tenant == tenant
+        )
     ).scalar_one()
     if latest is not None and utc(latest) >= idle_before:
         return None
@@ -115,5 +117,9 @@ def _destroy(
         .where(conversations.c.erased_at.is_(None))
         .values(erased_at=db_now(conn))
     )
-    conn.execute(subject_keys.delete().where(subject_keys.c.key_id == key_id))
+    conn.execute(
+        subject_keys.delete().where(
+            subject_keys.c.key_id == key_id, subject_keys.c.tenant == tenant
+        )
+    )
     return Erasure(subject, key_id, ids, reason)

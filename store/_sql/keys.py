@@ -154,10 +154,12 @@ def keys_on_sqlite(cursor: Any, key_ids: Iterable[str], tenant: str) -> dict[str
     return {str(k): bytes(w) for k, w in cursor.fetchall()}
 
 
-def hold_key(conn: Connection, key_id: str, conversation_id: str) -> None:
+def hold_key(conn: Connection, tenant: str, key_id: str, conversation_id: str) -> None:
     """Share-lock a subject's key for this transaction; a `ConflictError` when it is gone
     (the subject was erased since the caller read it: a retry mints a new key)."""
-    query = sa.select(subject_keys.c.key_id).where(subject_keys.c.key_id == key_id)
+    query = sa.select(subject_keys.c.key_id).where(
+        subject_keys.c.key_id == key_id, subject_keys.c.tenant == tenant
+    )
     if conn.dialect.name != "sqlite":
         query = query.with_for_update(read=True)
     if conn.execute(query).first() is None:
@@ -171,26 +173,33 @@ def hold_key(conn: Connection, key_id: str, conversation_id: str) -> None:
 def rewrap(conn: Connection, unwrap: Any, new: Any) -> int:
     """Re-wrap every data key under the key-encryption key `new` (`KeyEncryptionKey`),
     each unwrapped by `unwrap(kek_id, wrapped)`; keys already under `new` are left
-    as they are. Returns how many were re-wrapped. One transaction: all or none."""
-    rows = conn.execute(
-        for_update(
-            conn,
-            sa.select(
-                subject_keys.c.key_id, subject_keys.c.kek_id, subject_keys.c.wrapped
-            ).order_by(subject_keys.c.key_id),
-        )
-    ).all()
+    as they are. Returns how many were re-wrapped. One transaction: all or none.
+
+    The keys are locked a tenant at a time (on Citus, a row lock is taken within
+    one shard)."""
+    tenants = conn.execute(
+        sa.select(subject_keys.c.tenant).distinct().order_by(subject_keys.c.tenant)
+    ).scalars()
     done = 0
-    for row in rows:
-        if row.kek_id == new.id:
-            continue
-        secret = unwrap(row.kek_id, bytes(row.wrapped))
-        conn.execute(
-            subject_keys.update()
-            .where(subject_keys.c.key_id == row.key_id)
-            .values(kek_id=new.id, wrapped=new.wrap(secret))
-        )
-        done += 1
+    for tenant in list(tenants):
+        rows = conn.execute(
+            for_update(
+                conn,
+                sa.select(subject_keys.c.key_id, subject_keys.c.kek_id, subject_keys.c.wrapped)
+                .where(subject_keys.c.tenant == tenant)
+                .order_by(subject_keys.c.key_id),
+            )
+        ).all()
+        for row in rows:
+            if row.kek_id == new.id:
+                continue
+            secret = unwrap(row.kek_id, bytes(row.wrapped))
+            conn.execute(
+                subject_keys.update()
+                .where(subject_keys.c.key_id == row.key_id, subject_keys.c.tenant == tenant)
+                .values(kek_id=new.id, wrapped=new.wrap(secret))
+            )
+            done += 1
     return done
 
 
@@ -233,7 +242,10 @@ def insert_key(
 
 
 def check_writable(
-    conn: Connection, conversation_id: str, encoded: list[tuple[NewEvent, str]] | Any
+    conn: Connection,
+    tenant: str,
+    conversation_id: str,
+    encoded: list[tuple[NewEvent, str]] | Any,
 ) -> None:
     """Refuse a write to an erased conversation, and content sealed otherwise than the
     conversation is: in the clear into a sealed one (a store without its
@@ -246,7 +258,7 @@ def check_writable(
     row = conn.execute(
         sa.select(conversations.c.subject, conversations.c.erased_at, subject_keys.c.key_id)
         .select_from(_WITH_KEY)
-        .where(conversations.c.id == conversation_id)
+        .where(conversations.c.id == conversation_id, conversations.c.tenant == tenant)
     ).first()
     if row is None:
         return

@@ -287,7 +287,7 @@ def create_conversation_event(
     meta_text = check_metadata(metadata)
     if key is not None:
         check_key(key)
-    if _taken(conn, conversation_id):
+    if _taken(conn, tenant, conversation_id):
         raise ConflictError(
             f"Conversation id '{conversation_id}' is taken. Pass another id, or none to have "
             f"chatledger mint one.",
@@ -313,7 +313,7 @@ def create_conversation_event(
     if seal.key is not None and seal.new_key is None:
         # The subject's key, read before this transaction: it must still exist,
         # and an erasure of the subject waits for this creation (and then erases it).
-        _keys.hold_key(conn, seal.key.key_id, conversation_id)
+        _keys.hold_key(conn, tenant, seal.key.key_id, conversation_id)
     if seal.new_key is not None:
         new = seal.new_key
         _keys.insert_key(
@@ -542,10 +542,13 @@ def check_metadata(metadata: Any) -> str:
     return canonical_json(metadata or {}, "metadata")
 
 
-def _taken(conn: Connection, conversation_id: str) -> bool:
-    """Whether any tenant has a conversation with this id (ids are unique across tenants)."""
+def _taken(conn: Connection, tenant: str, conversation_id: str) -> bool:
+    """Whether the tenant has a conversation with this id. Another tenant's is refused
+    by the key (the id alone) on one server; on Citus ids are a tenant's (ADR 0054)."""
     found = conn.execute(
-        sa.select(conversations.c.id).where(conversations.c.id == conversation_id)
+        sa.select(conversations.c.id).where(
+            conversations.c.id == conversation_id, conversations.c.tenant == tenant
+        )
     ).first()
     return found is not None
 
@@ -732,7 +735,7 @@ def insert_events(
     """
     if not encoded:
         return []
-    _keys.check_writable(conn, conversation_id, encoded)
+    _keys.check_writable(conn, tenant, conversation_id, encoded)
     rows: list[dict[str, Any]] = [
         {
             "id": ids[i] if ids is not None else new_id(),

@@ -135,8 +135,6 @@ def read_page(
     if cursor is not None:
         query = query.where(past_cursor(conn, txid, seq, cursor))
     horizon = snapshot_horizon(conn)
-    if horizon is not None:
-        query = query.add_columns(horizon.label("page_horizon"))
     query = query.order_by(*commit_order(conn, txid, seq))
     rows = conn.execute(query.limit(limit + 1)).all()
 
@@ -147,7 +145,7 @@ def read_page(
         m = row._mapping
         # Rows beyond the horizon sort after every settled row, so the first
         # one ends the page: nothing after it can be returned yet either.
-        if "page_horizon" in m and m["page_txid"] >= m["page_horizon"]:
+        if horizon is not None and m["page_txid"] >= horizon:
             pending = True
             break
         if len(items) == limit:

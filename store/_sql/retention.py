@@ -117,7 +117,10 @@ def plan(conn: Connection, policy: RetentionPolicy, now: datetime | None) -> Ret
     # Each conversation's last event, read through its own index range.
     last = (
         sa.select(sa.func.max(events.c.recorded_at))
-        .where(events.c.conversation_id == conversations.c.id)
+        .where(
+            events.c.conversation_id == conversations.c.id,
+            events.c.tenant == conversations.c.tenant,
+        )
         .scalar_subquery()
     )
     rows = conn.execute(

@@ -197,13 +197,15 @@ def start_run(
     if given is not None:
         # The key is (conversation_id, id): a caller's id is checked under a
         # lock on it, so two conversations cannot both take it. (A minted
-        # UUIDv7 is unique by its random bits.)
+        # UUIDv7 is unique by its random bits: no read of every tenant's runs,
+        # which on Citus is a query of every shard.)
         hold_name(conn, f"chatledger_run:{run_id}")
-    if _run_taken(conn, run_id):
-        raise ConflictError(
-            f"Run id '{run_id}' is taken. Pass another id, or none to have chatledger mint one.",
-            conversation_id=conv.id,
-        )
+        if _run_taken(conn, run_id):
+            raise ConflictError(
+                f"Run id '{run_id}' is taken. Pass another id, or none to have chatledger "
+                f"mint one.",
+                conversation_id=conv.id,
+            )
     head_at_start = conv.head
     resumed = None
     if resumes is not None:
@@ -273,7 +275,9 @@ def start_run(
     if branch_id == conv.head.branch_id:
         # The run now writes the head's branch: appends must branch off it.
         conn.execute(
-            conversations.update().where(conversations.c.id == conv.id).values(head_open=False)
+            conversations.update()
+            .where(conversations.c.id == conv.id, conversations.c.tenant == conv.tenant)
+            .values(head_open=False)
         )
     return RunCursor(run_id, conv.id, branch_id, started[-1].position, owner, 1)
 
@@ -284,6 +288,7 @@ def _refuse_beside_a_live_run(conn: Connection, conv: Conversation) -> None:
     live = conn.execute(
         sa.select(runs.c.id, runs.c.lease_expires_at)
         .where(
+            runs.c.tenant == conv.tenant,
             runs.c.conversation_id == conv.id,
             runs.c.status == "running",
             runs.c.lease_expires_at > db_now(conn),
@@ -440,7 +445,7 @@ def _replayed_record(
     fewer events, later records since) is the caller's mistake, an
     `InvalidInputError`, never a partial replay.
     """
-    first = _append.keyed_event(conn, run.conversation_id, key)
+    first = _append.keyed_event(conn, run.tenant, run.conversation_id, key)
     if first is None:
         return None
     end = cursor.position + len(encoded)
@@ -453,6 +458,7 @@ def _replayed_record(
     rows = conn.execute(
         sa.select(events)
         .where(
+            events.c.tenant == run.tenant,
             events.c.conversation_id == run.conversation_id,
             events.c.branch_id == run.branch_id,
             events.c.position > cursor.position,
@@ -591,7 +597,11 @@ def events_of_run(run: Run) -> sa.ColumnElement[bool]:
     """The condition for the run's own events: in the run's conversation, not just
     stamped with its id, since `append_messages(run_id=)` lets anyone stamp any run
     id on their own events."""
-    return sa.and_(events.c.run_id == run.id, events.c.conversation_id == run.conversation_id)
+    return sa.and_(
+        events.c.run_id == run.id,
+        events.c.conversation_id == run.conversation_id,
+        events.c.tenant == run.tenant,
+    )
 
 
 def _logged_counts(conn: Connection, run: Run) -> tuple[int, int]:
@@ -613,6 +623,7 @@ def _appended_messages(conn: Connection, conv: Conversation, run: Run) -> list[E
     rows = conn.execute(
         sa.select(events)
         .where(
+            events.c.tenant == conv.tenant,
             events.c.conversation_id == conv.id,
             events.c.branch_id == run.branch_id,
             events.c.position > conv.head.position,
@@ -667,25 +678,31 @@ def claim_stale_runs(
     check_int(max_attempts, "max_attempts", minimum=1, maximum=MAX_INT32)
     if run_id is not None:
         check_id(run_id, "run")
-    query = sa.select(runs).where(
-        runs.c.status == "running", runs.c.lease_expires_at <= db_now(conn)
-    )
+    stale = sa.and_(runs.c.status == "running", runs.c.lease_expires_at <= db_now(conn))
+    query = sa.select(runs.c.tenant, runs.c.id).where(stale)
     if tenant is not None:
         query = query.where(runs.c.tenant == tenant)
     if run_id is not None:
         query = query.where(runs.c.id == run_id)
-    query = query.order_by(runs.c.lease_expires_at).limit(limit)
-    if not is_sqlite(conn):
-        query = query.with_for_update(skip_locked=True)
+    candidates = conn.execute(query.order_by(runs.c.lease_expires_at).limit(limit)).all()
     claimed = []
-    for row in conn.execute(query).all():
+    # Each candidate is locked on its own, by its tenant and id, and skipped when
+    # another claimer holds it or took it since: on Citus a row lock is taken
+    # within one shard, and the candidates span tenants.
+    for owner_tenant, candidate in candidates:
+        lock = sa.select(runs).where(runs.c.tenant == owner_tenant, runs.c.id == candidate, stale)
+        if not is_sqlite(conn):
+            lock = lock.with_for_update(skip_locked=True)
+        row = conn.execute(lock).first()
+        if row is None:
+            continue
         run = _run(row)
         if run.attempt >= max_attempts:
             _give_up(conn, run, max_attempts)
             continue
         conn.execute(
             runs.update()
-            .where(runs.c.id == run.id)
+            .where(runs.c.id == run.id, runs.c.tenant == run.tenant)
             .values(
                 attempt=run.attempt + 1,
                 lease_owner=owner,
@@ -740,7 +757,7 @@ def _give_up(conn: Connection, run: Run, max_attempts: int) -> None:
     )
     conn.execute(
         runs.update()
-        .where(runs.c.id == run.id)
+        .where(runs.c.id == run.id, runs.c.tenant == run.tenant)
         .values(
             status="failed",
             stage="gave_up",

@@ -54,8 +54,10 @@ _CONNECTION_EXCEPTION = "08"
 _PRIMARY = 0xFF
 _PARTITION_KEY = re.compile(r"(_p\d+)?(_\d+)?$")
 # A Citus coordinator relays a worker's unique violation without the
-# constraint's name field, but with the message that names it.
-_NAMED_KEY = re.compile(r'unique constraint "([^"]+)"')
+# constraint's name field, but with the message that names it; from a
+# data-modifying CTE's subplan, even as an internal error (XX000).
+_NAMED_KEY = re.compile(r'^duplicate key value violates unique constraint "([^"]+)"')
+_INTERNAL_ERROR = "XX000"
 _SQLITE_UNIQUE = (sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY)
 
 
@@ -71,33 +73,35 @@ def key_name(name: str | None) -> str | None:
     return _PARTITION_KEY.sub("", name)
 
 
-def _violated(error: Any) -> str | None:
-    """The key a Postgres unique violation names, by its field or its message."""
-    name: str | None = error.diag.constraint_name
-    if name is None:
-        found = _NAMED_KEY.search(error.diag.message_primary or "")
-        name = None if found is None else found.group(1)
-    return key_name(name)
+def _violated(error: BaseException | None) -> str | None:
+    """The key a Postgres unique violation names, by its field or its message; None
+    for any other error."""
+    state = _sqlstate(error)
+    if state not in (_UNIQUE_VIOLATION, _INTERNAL_ERROR):
+        return None
+    diag: Any = getattr(error, "diag", None)
+    found = _NAMED_KEY.search(diag.message_primary or "")
+    if state == _INTERNAL_ERROR and found is None:
+        return None
+    name: str | None = diag.constraint_name or (None if found is None else found.group(1))
+    return key_name(name) or ""
 
 
 def violated_key(error: BaseException) -> str | None:
     """The table key a Postgres unique violation names (`key_name`), raised by a
     driver cursor; None for any other error."""
-    if _sqlstate(error) != _UNIQUE_VIOLATION:
-        return None
     return _violated(error)
 
 
 def unique_violation(error: BaseException, table: sa.Table, columns: Sequence[str]) -> bool:
-    """Whether `error` violates the unique key of `table` over `columns`.
+    """Whether `error` (SQLAlchemy's, or a driver's raised through a cursor) violates
+    the unique key of `table` over `columns`.
 
     Postgres names the violated constraint; SQLite names its columns.
     """
-    if not isinstance(error, sa_exc.IntegrityError):
-        return False
-    orig = error.orig
-    if _sqlstate(orig) == _UNIQUE_VIOLATION:
-        name = _violated(orig)
+    orig = error.orig if isinstance(error, sa_exc.DBAPIError) else error
+    name = _violated(orig)
+    if name is not None:
         return any(
             getattr(constraint, "name", None) == name
             and [c.name for c in getattr(constraint, "columns", [])] == list(columns)

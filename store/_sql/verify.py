@@ -442,10 +442,11 @@ SELECT b.conversation_id::text, count(*),
   (array_agg(x.expected ORDER BY b.id, x.position) FILTER (WHERE x.bad))[1],
   array_agg(x.seq) FILTER (WHERE x.names)
 FROM chatledger_branches b
-LEFT JOIN chatledger_branches pb ON pb.id = b.parent_branch_id AND pb.tenant = b.tenant
+LEFT JOIN chatledger_branches pb
+  ON pb.id = b.parent_branch_id AND pb.tenant = b.tenant AND pb.tenant = {{{{tenant}}}}
 LEFT JOIN chatledger_events p
   ON p.conversation_id = pb.conversation_id AND p.branch_id = pb.id
-  AND p.position = b.parent_position AND p.tenant = pb.tenant
+  AND p.position = b.parent_position AND p.tenant = pb.tenant AND p.tenant = {{{{tenant}}}}
 CROSS JOIN LATERAL (
   SELECT y.seq, y.position, y.expected, y.position <> y.expected OR NOT y.matches AS bad,
     y.names
@@ -457,6 +458,7 @@ CROSS JOIN LATERAL (
       ) AS matches
     FROM chatledger_events e
     WHERE e.conversation_id = b.conversation_id AND e.branch_id = b.id AND e.tenant = b.tenant
+      AND e.tenant = {{{{tenant}}}}
     WINDOW w AS (ORDER BY e.position)
   ) y
 ) x

@@ -17,7 +17,16 @@ from collections.abc import Iterator
 import pytest
 
 from chatledger.store import AsyncStore, Ledger, Store
+from tests.conftest import citus_url
 from tests.helpers import Blocking, Loop, called
+
+
+@pytest.fixture
+def ids_per_tenant(backend: str) -> bool:
+    """Whether a caller's conversation and event ids are unique within a tenant only:
+    on a Citus cluster, where every key holds the tenant (ADR 0054); on one server
+    they are unique across tenants."""
+    return backend == "postgres" and citus_url() is not None
 
 
 @pytest.fixture

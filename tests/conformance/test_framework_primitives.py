@@ -153,7 +153,9 @@ def test_a_bad_last_is_refused(ledger: Ledger, last: Any) -> None:
 # -- caller-minted ids --------------------------------------------------------------------
 
 
-def test_messages_keep_the_ids_their_caller_minted(store: Store, ledger: Ledger) -> None:
+def test_messages_keep_the_ids_their_caller_minted(
+    store: Store, ledger: Ledger, ids_per_tenant: bool
+) -> None:
     conv = ledger.create_conversation()
     ids = [new_id(), new_id(), new_id()]
     appended = ledger.append_messages(conv.id, turn("a", "b", "c"), ids=ids)
@@ -167,13 +169,19 @@ def test_messages_keep_the_ids_their_caller_minted(store: Store, ledger: Ledger)
         Position(conv.head.branch_id, 3),
         conv.id,
     )
-    # An id is taken for good, in every tenant; nothing of a refused append lands.
-    before = counts(store)
+    # An id is taken for good, in every tenant (on Citus, in its tenant); nothing
+    # of a refused append lands.
     other = store.tenant(f"other-{uuid.uuid4().hex[:8]}")
     theirs = other.create_conversation()
     before = counts(store)
     with pytest.raises(ConflictError) as mine:
         ledger.append_messages(conv.id, turn("again"), ids=[ids[0]])
+    assert counts(store) == before
+    if ids_per_tenant:
+        other.append_messages(theirs.id, turn("again"), ids=[ids[0]])
+        assert other.entry(ids[0]).conversation_id == theirs.id
+        assert ledger.entry(ids[0]).conversation_id == conv.id
+        return
     with pytest.raises(ConflictError) as across:
         other.append_messages(theirs.id, turn("again"), ids=[ids[0]])
     assert str(mine.value) == str(across.value)

@@ -131,7 +131,9 @@ OPERATIONS: dict[str, Operation] = {
     "start run at their branch": lambda w, i: w.mine.runs.start(
         w.own.conversation, owner="w", base=Position(i.branch, 1)
     ),
-    "resume their run": lambda w, i: w.mine.runs.start(w.own.conversation, owner="w", resumes=i.run),
+    "resume their run": lambda w, i: w.mine.runs.start(
+        w.own.conversation, owner="w", resumes=i.run
+    ),
     "record": lambda w, i: w.mine.runs.record(i.cursor, [NewEvent.of_message(user("inject"))]),
     "record with key": lambda w, i: w.mine.runs.record(
         i.cursor, [NewEvent.of_message(user("inject"))], idempotency_key="k"
@@ -239,7 +241,25 @@ def test_a_forged_cursor_cannot_write_into_another_tenants_log(world: World, sto
     world.mine.runs.record(world.own.cursor, [NewEvent.of_message(user("fine"))])
 
 
-def test_a_taken_conversation_id_is_the_same_conflict_for_every_tenant(world: World) -> None:
+def test_a_taken_conversation_id_is_the_same_conflict_for_every_tenant(
+    store: Store, world: World, ids_per_tenant: bool
+) -> None:
+    if ids_per_tenant:  # another tenant's id is free, as a missing one is
+        with pytest.raises(ConflictError, match="is taken"):
+            world.mine.create_conversation(conversation_id=world.own.conversation)
+        theirs = store.tenant(world.tenants[1])
+        before = (
+            theirs.conversation(world.theirs.conversation),
+            theirs.history(world.theirs.conversation),
+        )
+        mine = world.mine.create_conversation(conversation_id=world.theirs.conversation)
+        assert (mine.tenant, world.mine.history(mine.id)) == (world.mine.tenant, [])
+        after = (
+            theirs.conversation(world.theirs.conversation),
+            theirs.history(world.theirs.conversation),
+        )
+        assert after == before
+        return
     errors = []
     for taken in (world.own.conversation, world.theirs.conversation):
         with pytest.raises(ConflictError) as caught:
