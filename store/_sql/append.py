@@ -49,6 +49,7 @@ from chatledger.store._sql import chain as _chain
 from chatledger.store._sql import entries as _entries
 from chatledger.store._sql import keys as _keys
 from chatledger.store._sql import projector
+from chatledger.store._sql import steps as _steps
 from chatledger.store._sql.dialect import is_sqlite, on_cursor, sqlite_clock, sqlite_time
 from chatledger.store._sql.log import (
     create_branch,
@@ -239,8 +240,7 @@ def head_for(turn: Turn, found: Sequence[Any] | None) -> Head | None:
 # written when another writer moved it (None). The hashes are chained here,
 # in the client, from `At.previous` (`chain.chained`): the database never hashes.
 
-_WRITE_POSTGRES = """
-WITH moved AS (
+_MOVE_POSTGRES = """
     UPDATE chatledger_conversations
     SET head_branch_id = %(branch)s::uuid, head_position = %(last)s, head_open = true,
         head_hash = %(hash)s, state = coalesce(%(state)s::text, state)
@@ -248,7 +248,12 @@ WITH moved AS (
       AND (%(sealed)s::bool IS NULL OR (subject IS NOT NULL) = %(sealed)s::bool)
       AND head_branch_id = %(seen_branch)s::uuid AND head_position = %(seen_position)s
       AND head_hash = %(seen_hash)s AND head_open = %(seen_open)s
-    RETURNING id
+    RETURNING id"""
+_WRITE_POSTGRES = (
+    """
+WITH moved AS ("""
+    + _MOVE_POSTGRES.replace("{", "{{").replace("}", "}}")
+    + """
 ), ins AS (
     INSERT INTO chatledger_events (id, conversation_id, branch_id, position, run_id, kind,
                                    origin, head, recorded_at, idempotency_key, payload, hash,
@@ -261,6 +266,7 @@ WITH moved AS (
 ){named}
 SELECT seq, position, recorded_at FROM ins ORDER BY position
 """
+)
 _ARRAYS = """unnest(%(ids)b::text[], %(kinds)b::text[], %(origins)b::text[],
                                  %(payloads)b::text[], %(hashes)b::bytea[])
          WITH ORDINALITY"""
@@ -308,6 +314,7 @@ def write_postgres(cursor: Any, turn: Turn, at: At) -> Written | None:
     hashes = _chain.chained(at.previous, fields(at, ids, turn))
     last = at.start + len(encoded)
     branch, position, seen_hash, seen_open = at.seen
+    citus = _steps.is_citus(cursor)
     params: dict[str, Any] = {
         "cid": cid,
         "tenant": turn.tenant,
@@ -325,6 +332,8 @@ def write_postgres(cursor: Any, turn: Turn, at: At) -> Written | None:
         "named": None if turn.named is None else list(turn.named),
     }
     count = len(encoded)
+    if citus:
+        return _write_steps(cursor, turn, at, params, ids, hashes)
     params.update(start=at.start, count=count)
     if count > _SCALARS:
         params.update(
@@ -344,7 +353,7 @@ def write_postgres(cursor: Any, turn: Turn, at: At) -> Written | None:
     try:
         cursor.execute(_postgres_statement(min(count, _SCALARS + 1), bool(turn.named)), params)
     except Exception as error:
-        if cursor.connection.autocommit and violated_key(error) in _RACED:
+        if _steps.autocommit(cursor) and violated_key(error) in _RACED:
             return None
         raise
     rows = cursor.fetchall()  # (seq, position, recorded_at) per event
@@ -353,6 +362,78 @@ def write_postgres(cursor: Any, turn: Turn, at: At) -> Written | None:
     return Written(
         at.branch_id, ids, [(r[0], r[1], r[2], h) for r, h in zip(rows, hashes, strict=True)]
     )
+
+
+# The same rows as plain statements, for Citus (store/_sql/steps.py).
+_STEP_EVENTS = (
+    "INSERT INTO chatledger_events (id, conversation_id, branch_id, position, run_id, kind, "
+    "origin, head, recorded_at, idempotency_key, payload, hash, tenant) VALUES {rows} "
+    "RETURNING seq, position, recorded_at"
+)
+_STEP_VIEWS = (
+    "INSERT INTO chatledger_view_entries (conversation_id, position, event_seq, tenant) "
+    "VALUES {rows}"
+)
+_STEP_NAMED = (
+    "INSERT INTO chatledger_event_ids (id, conversation_id, event_seq, tenant) VALUES {rows}"
+)
+
+
+def _write_steps(
+    cursor: Any,
+    turn: Turn,
+    at: At,
+    params: dict[str, Any],
+    ids: list[str],
+    hashes: list[bytes],
+) -> Written | None:
+    """`write_postgres`'s rows as statements of one transaction (Citus)."""
+    tenant, cid, encoded = turn.tenant, turn.conversation_id, turn.encoded
+    rows: list[object] = []
+    for (*row, key, text), event_hash in zip(fields(at, ids, turn), hashes, strict=True):
+        rows += (*row, key, text, event_hash, tenant)
+    with _steps.in_transaction(cursor) as abandon:
+        cursor.execute(_MOVE_POSTGRES, params)
+        if cursor.fetchone() is None:
+            abandon()
+            return None
+        try:
+            written = _step_events(cursor, rows, len(encoded), "statement_timestamp()")
+            views = [
+                v
+                for (seq, position, _), (item, _) in zip(written, encoded, strict=True)
+                if item.kind == "message.recorded"
+                for v in (cid, position, seq, tenant)
+            ]
+            _step_rows(cursor, _STEP_VIEWS, 4, views)
+            if turn.named:
+                named = [
+                    v for i in range(len(turn.named)) for v in (ids[i], cid, written[i][0], tenant)
+                ]
+                _step_rows(cursor, _STEP_NAMED, 4, named)
+        except Exception as error:
+            if _steps.autocommit(cursor) and violated_key(error) in _RACED:
+                abandon()
+                return None
+            raise
+    return Written(
+        at.branch_id, ids, [(r[0], r[1], r[2], h) for r, h in zip(written, hashes, strict=True)]
+    )
+
+
+def _step_events(cursor: Any, rows: list[object], count: int, recorded: str) -> list[Any]:
+    """Insert `count` events from `rows`, each row's values in the columns' order but
+    `recorded_at`, which is the SQL `recorded` (a clock, or `%s` for a value in the
+    row): their (seq, position, recorded_at), in position order."""
+    row = "(" + ", ".join(["%s"] * 8 + [recorded] + ["%s"] * 4) + ")"
+    cursor.execute(_STEP_EVENTS.format(rows=", ".join([row] * count)), rows)
+    return sorted(cursor.fetchall(), key=lambda r: r[1])
+
+
+def _step_rows(cursor: Any, statement: str, width: int, flat: list[object]) -> None:
+    """`statement` for the rows of `width` values in `flat`, if any."""
+    if flat:
+        cursor.execute(statement.format(rows=_steps.values(width, len(flat) // width)), flat)
 
 
 _SQLITE_MOVE = (
@@ -705,6 +786,8 @@ def create_append_postgres(cursor: Any, turn: Turn) -> Written | None:
     meta_text, created = turn.root
     cid = turn.conversation_id
     fresh = _fresh(cid, created, turn.encoded, turn.run_id, turn.key)
+    if _steps.is_citus(cursor):
+        return _create_steps(cursor, turn.tenant, cid, fresh, meta_text, turn.run_id)
     cursor.execute(
         _CREATE_APPEND_POSTGRES,
         {
@@ -837,6 +920,11 @@ def create_conversation_postgres(
     tests/store/test_fast_paths.py compares the rows with the general path's."""
     cid = conversation_id or new_id()
     fresh = _fresh(cid, payload, [], None, None)
+    if _steps.is_citus(cursor):
+        done = _create_steps(cursor, tenant, cid, fresh, meta_text, None, key)
+        if done is None or done.created is None:
+            return None
+        return _root(tenant, cid, fresh.branch_id, done.created.recorded_at, meta_text, key)
     try:
         cursor.execute(
             _CREATE_POSTGRES,
@@ -859,6 +947,87 @@ def create_conversation_postgres(
     if row is None:
         return None
     return _root(tenant, cid, fresh.branch_id, utc(row[0]), meta_text, key)
+
+
+_STEP_NEW_CONVERSATION = (
+    "INSERT INTO chatledger_conversations (id, tenant, head_branch_id, head_position, "
+    "head_open, head_hash, created_at, metadata, key) "
+    "VALUES (%s, %s, %s, %s, true, %s, statement_timestamp(), %s, %s) "
+    "ON CONFLICT DO NOTHING RETURNING created_at"
+)
+_STEP_NEW_KEY = (
+    "INSERT INTO chatledger_conversation_keys (tenant, key, conversation_id) VALUES (%s, %s, %s)"
+)
+_STEP_NEW_BRANCH = (
+    "INSERT INTO chatledger_branches (id, conversation_id, reason, created_at, tenant) "
+    "VALUES (%s, %s, 'root', %s, %s)"
+)
+
+
+def _create_steps(
+    cursor: Any,
+    tenant: str,
+    cid: str,
+    fresh: _Fresh,
+    meta_text: str,
+    run_id: str | None,
+    key: str | None = None,
+) -> Written | None:
+    """The create-append form's rows (and `key`'s row) as statements of one
+    transaction (Citus); None having written nothing when the id or the key is taken."""
+    last = len(fresh.ids)
+    with _steps.in_transaction(cursor) as abandon:
+        cursor.execute(
+            _STEP_NEW_CONVERSATION,
+            (cid, tenant, fresh.branch_id, last, fresh.hashes[-1], meta_text, key),
+        )
+        found = cursor.fetchone()
+        if found is None:
+            abandon()
+            return None
+        at = found[0]
+        if key is not None:
+            try:
+                cursor.execute(_STEP_NEW_KEY, (tenant, key, cid))
+            except Exception as error:
+                if _steps.autocommit(cursor) and (
+                    violated_key(error) == "pk_chatledger_conversation_keys"
+                ):
+                    abandon()
+                    return None
+                raise
+        cursor.execute(_STEP_NEW_BRANCH, (fresh.branch_id, cid, at, tenant))
+        rows: list[object] = []
+        for i in range(last):
+            rows += (
+                fresh.ids[i],
+                cid,
+                fresh.branch_id,
+                i + 1,
+                run_id if i else None,
+                fresh.kinds[i],
+                fresh.origins[i],
+                i + 1 == last,
+                at,  # one reading of the clock stamps every row, as in one statement
+                fresh.keys[i],
+                fresh.payloads[i],
+                fresh.hashes[i],
+                tenant,
+            )
+        written = _step_events(cursor, rows, last, "%s")
+        views = [
+            v
+            for (seq, position, _), kind in zip(written, fresh.kinds, strict=True)
+            if kind == "message.recorded"
+            for v in (cid, position, seq, tenant)
+        ]
+        _step_rows(cursor, _STEP_VIEWS, 4, views)
+    return Written(
+        branch_id=fresh.branch_id,
+        ids=fresh.ids[1:],
+        written=[(r[0], r[1], at, h) for r, h in zip(written[1:], fresh.hashes[1:], strict=True)],
+        created=_created_event(cid, fresh, written[0][0], at),
+    )
 
 
 _SQLITE_NEW_KEY = (
