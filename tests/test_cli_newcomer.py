@@ -20,6 +20,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from sqlalchemy import inspect
 
 from chatledger.store import Message, NewEvent, Store
 from tests import warm
@@ -455,6 +456,20 @@ def test_migrate_partitions_on_postgres(empty_url: str, backend: str) -> None:
         pytest.skip("partitions are Postgres'")
     out = json.loads(ok("migrate", "--partitions", "4", "--json", url=empty_url))
     assert out["created"] is True and out["partitions"] == 4
+
+
+def test_migrate_citus_is_refused_where_there_is_no_citus_and_writes_nothing(
+    empty_url: str, backend: str
+) -> None:
+    line = error_line("migrate", "--citus", url=empty_url)
+    if backend == "sqlite":
+        assert "Citus is for Postgres" in line
+    else:
+        assert "no citus extension" in line and "without --citus" in line
+        with Store.open(empty_url) as store, store.engine.connect() as conn:
+            assert not inspect(conn).has_table("chatledger_events")  # one transaction
+    line = error_line("migrate", "--citus", "--partitions", "4", url=empty_url)
+    assert "--partitions" in line  # two layouts, or partitions on SQLite: refused either way
 
 
 # -- item 9: small things -------------------------------------------------------------------

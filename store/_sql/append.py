@@ -713,6 +713,30 @@ class _Fresh:
     keys: list[str | None]
     hashes: list[bytes]
 
+    def rows(self, cid: str, run_id: str | None, at: object, tenant: str) -> list[object]:
+        """The events' values in the table's column order (`seq` and `txid` left to
+        the database), all recorded `at`: one reading of the clock, as one
+        statement's."""
+        last = len(self.ids)
+        values: list[object] = []
+        for i in range(last):
+            values += (
+                self.ids[i],
+                cid,
+                self.branch_id,
+                i + 1,
+                run_id if i else None,
+                self.kinds[i],
+                self.origins[i],
+                i + 1 == last,
+                at,
+                self.keys[i],
+                self.payloads[i],
+                self.hashes[i],
+                tenant,
+            )
+        return values
+
 
 _SQLITE_NEW_CONVERSATION = (
     "INSERT INTO chatledger_conversations (id, tenant, head_branch_id, head_position, "
@@ -841,23 +865,7 @@ def create_append_sqlite(cursor: Any, turn: Turn, key: str | None = None) -> Wri
         return None  # the conversation row comes first: nothing was written
     tenant = turn.tenant
     cursor.execute(_SQLITE_NEW_BRANCH, (fresh.branch_id, conversation_id, at, tenant))
-    params: list[object] = []
-    for i in range(last):
-        params += (
-            fresh.ids[i],
-            conversation_id,
-            fresh.branch_id,
-            i + 1,
-            run_id if i else None,
-            fresh.kinds[i],
-            fresh.origins[i],
-            i + 1 == last,
-            at,
-            fresh.keys[i],
-            fresh.payloads[i],
-            fresh.hashes[i],
-            tenant,
-        )
+    params = fresh.rows(conversation_id, run_id, at, tenant)
     cursor.execute(_sqlite_values(_SQLITE_INSERT, _SQLITE_ROW, last), params)
     first = cursor.lastrowid - last + 1  # the rowid rule of `write_sqlite`
     views = [
@@ -997,24 +1005,7 @@ def _create_steps(
                     return None
                 raise
         cursor.execute(_STEP_NEW_BRANCH, (fresh.branch_id, cid, at, tenant))
-        rows: list[object] = []
-        for i in range(last):
-            rows += (
-                fresh.ids[i],
-                cid,
-                fresh.branch_id,
-                i + 1,
-                run_id if i else None,
-                fresh.kinds[i],
-                fresh.origins[i],
-                i + 1 == last,
-                at,  # one reading of the clock stamps every row, as in one statement
-                fresh.keys[i],
-                fresh.payloads[i],
-                fresh.hashes[i],
-                tenant,
-            )
-        written = _step_events(cursor, rows, last, "%s")
+        written = _step_events(cursor, fresh.rows(cid, run_id, at, tenant), last, "%s")
         views = [
             v
             for (seq, position, _), kind in zip(written, fresh.kinds, strict=True)
