@@ -238,7 +238,8 @@ event_ids = sa.Table(
     metadata,
     # The ids a caller minted for its events (`append_messages(ids=...)`),
     # each pointing at its event: an event is found by such an id without
-    # indexing every event's id. Ids are unique across tenants.
+    # indexing every event's id. Ids are unique across tenants
+    # (on Citus, within their tenant: docs/adr/0054-citus-distributed-by-tenant.md).
     sa.Column("id", Id, primary_key=True),
     sa.Column("conversation_id", Id, nullable=False),
     sa.Column("event_seq", Seq, nullable=False),
