@@ -51,6 +51,7 @@ from chatledger.store.schema import events, metadata
 from tests import _audit_writer, warm
 from tests._audit_agent import INSTRUCTIONS, wrapped_agent
 from tests._audit_agent import agent as cli_agent
+from tests.conftest import citus_url
 
 T = TypeVar("T")
 
@@ -576,6 +577,8 @@ def test_documented_query_runs_on_an_index_and_returns_the_librarys_rows(
             expected = settled(conn, expected, bound["horizon"])
         rows = conn.execute(clause, bound).all()
         if backend == "postgres":  # SQLite, without statistics, plans tiny tables its own way
+            if citus_url() is not None:  # the workers plan the shards' scans: tell them too
+                conn.exec_driver_sql("SET LOCAL citus.propagate_set_commands = 'local'")
             conn.exec_driver_sql(
                 "SET LOCAL enable_seqscan = off"
             )  # a scan only if nothing else serves
