@@ -268,6 +268,10 @@ def _extra(conn: psycopg.Connection[Any], table: str, source: str) -> tuple[str,
     for name, data_type in rows:
         if name in _KNOWN[table]:
             continue
+        if name == "tenant":  # revision 0009: the conversation's, which the source rows carry
+            names += ", tenant"
+            values += ", tenant"
+            continue
         if data_type != "bytea":
             raise SystemExit(f"{table}.{name} ({data_type}) is new: teach generate() to fill it.")
         names += f", {name}"

@@ -472,17 +472,17 @@ def bulk_other_events(store: Store, count: int) -> None:
         conn.execute(
             sa.text(
                 f"INSERT INTO chatledger_events (id, conversation_id, branch_id, position, kind, "
-                f"origin, head, recorded_at, payload, hash) SELECT {event_id}, {conv_id}, "
+                f"origin, head, recorded_at, payload, hash, tenant) SELECT {event_id}, {conv_id}, "
                 f"{branch_id}, n % 1000 + 1, 'message.recorded', 'client', false, {now}, "
-                f"'{payload}', {zero_hash} "
+                f"'{payload}', {zero_hash}, 'bench-other' "
                 f"FROM ({series}) AS g"
             ),
             {"last": conversations * 1000 - 1},
         )
         conn.execute(
             sa.text(
-                "INSERT INTO chatledger_view_entries (conversation_id, position, event_seq) "
-                "SELECT conversation_id, position, seq FROM chatledger_events "
+                "INSERT INTO chatledger_view_entries (conversation_id, position, event_seq, tenant) "
+                "SELECT conversation_id, position, seq, tenant FROM chatledger_events "
                 "WHERE kind = 'message.recorded' AND conversation_id IN "
                 f"(SELECT DISTINCT conversation_id FROM chatledger_events WHERE id >= {_literal_min(sqlite)})"
             )
