@@ -311,7 +311,8 @@ def write_postgres(cursor: Any, turn: Turn, at: At) -> Written | None:
     failed whole); in a transaction, the caller handles it."""
     encoded, cid = turn.encoded, turn.conversation_id
     ids = event_ids(turn.named, len(encoded))
-    hashes = _chain.chained(at.previous, fields(at, ids, turn))
+    hashed = fields(at, ids, turn)
+    hashes = _chain.chained(at.previous, hashed)
     last = at.start + len(encoded)
     branch, position, seen_hash, seen_open = at.seen
     citus = _steps.is_citus(cursor)
@@ -333,7 +334,7 @@ def write_postgres(cursor: Any, turn: Turn, at: At) -> Written | None:
     }
     count = len(encoded)
     if citus:
-        return _write_steps(cursor, turn, at, params, ids, hashes)
+        return _write_steps(cursor, turn, at, params, ids, hashed, hashes)
     params.update(start=at.start, count=count)
     if count > _SCALARS:
         params.update(
@@ -367,15 +368,15 @@ def write_postgres(cursor: Any, turn: Turn, at: At) -> Written | None:
 # The same rows as plain statements, for Citus (store/_sql/steps.py).
 _STEP_EVENTS = (
     "INSERT INTO chatledger_events (id, conversation_id, branch_id, position, run_id, kind, "
-    "origin, head, recorded_at, idempotency_key, payload, hash, tenant) VALUES {rows} "
+    "origin, head, recorded_at, idempotency_key, payload, hash, tenant) VALUES {values} "
     "RETURNING seq, position, recorded_at"
 )
 _STEP_VIEWS = (
     "INSERT INTO chatledger_view_entries (conversation_id, position, event_seq, tenant) "
-    "VALUES {rows}"
+    "VALUES {values}"
 )
 _STEP_NAMED = (
-    "INSERT INTO chatledger_event_ids (id, conversation_id, event_seq, tenant) VALUES {rows}"
+    "INSERT INTO chatledger_event_ids (id, conversation_id, event_seq, tenant) VALUES {values}"
 )
 
 
@@ -385,12 +386,14 @@ def _write_steps(
     at: At,
     params: dict[str, Any],
     ids: list[str],
+    hashed: list[_chain.Fields],
     hashes: list[bytes],
 ) -> Written | None:
-    """`write_postgres`'s rows as statements of one transaction (Citus)."""
+    """`write_postgres`'s rows (`hashed`, `fields`' values) as statements of one
+    transaction (Citus)."""
     tenant, cid, encoded = turn.tenant, turn.conversation_id, turn.encoded
     rows: list[object] = []
-    for (*row, key, text), event_hash in zip(fields(at, ids, turn), hashes, strict=True):
+    for (*row, key, text), event_hash in zip(hashed, hashes, strict=True):
         rows += (*row, key, text, event_hash, tenant)
     with _steps.in_transaction(cursor) as abandon:
         cursor.execute(_MOVE_POSTGRES, params)
@@ -426,14 +429,15 @@ def _step_events(cursor: Any, rows: list[object], count: int, recorded: str) -> 
     `recorded_at`, which is the SQL `recorded` (a clock, or `%s` for a value in the
     row): their (seq, position, recorded_at), in position order."""
     row = "(" + ", ".join(["%s"] * 8 + [recorded] + ["%s"] * 4) + ")"
-    cursor.execute(_STEP_EVENTS.format(rows=", ".join([row] * count)), rows)
+    cursor.execute(_values(_STEP_EVENTS, row, count), rows)
     return sorted(cursor.fetchall(), key=lambda r: r[1])
 
 
 def _step_rows(cursor: Any, statement: str, width: int, flat: list[object]) -> None:
     """`statement` for the rows of `width` values in `flat`, if any."""
     if flat:
-        cursor.execute(statement.format(rows=_steps.values(width, len(flat) // width)), flat)
+        row = "(" + ", ".join(["%s"] * width) + ")"
+        cursor.execute(_values(statement, row, len(flat) // width), flat)
 
 
 _SQLITE_MOVE = (
@@ -457,7 +461,8 @@ _SQLITE_NAMED = (
 
 
 @lru_cache(maxsize=64)
-def _sqlite_values(statement: str, row: str, count: int) -> str:
+def _values(statement: str, row: str, count: int) -> str:
+    """`statement` with `count` copies of `row` for its `{values}`."""
     return statement.format(values=", ".join([row] * count))
 
 
@@ -496,7 +501,7 @@ def write_sqlite(cursor: Any, turn: Turn, at: At) -> Written | None:
     params: list[object] = []
     for (*row, key, text), event_hash in zip(rows, hashes, strict=True):
         params += (*row, recorded_at, key, text, event_hash, tenant)
-    cursor.execute(_sqlite_values(_SQLITE_INSERT, _SQLITE_ROW, count), params)
+    cursor.execute(_values(_SQLITE_INSERT, _SQLITE_ROW, count), params)
     # No RETURNING (it cost a third of a ten-row insert): `seq` is the rowid,
     # and under the writer lock each row of the VALUES list, inserted in order,
     # gets the largest rowid so far plus one (SQLite's documented rule while
@@ -510,10 +515,10 @@ def write_sqlite(cursor: Any, turn: Turn, at: At) -> Written | None:
         for v in (cid, position, seq, tenant)
     ]
     if views:
-        cursor.execute(_sqlite_values(_SQLITE_VIEW, "(?, ?, ?, ?)", len(views) // 4), views)
+        cursor.execute(_values(_SQLITE_VIEW, "(?, ?, ?, ?)", len(views) // 4), views)
     if turn.named:
         named = [v for i in range(len(turn.named)) for v in (ids[i], cid, written[i][0], tenant)]
-        cursor.execute(_sqlite_values(_SQLITE_NAMED, "(?, ?, ?, ?)", len(turn.named)), named)
+        cursor.execute(_values(_SQLITE_NAMED, "(?, ?, ?, ?)", len(turn.named)), named)
     return Written(branch_id, ids, written)
 
 
@@ -866,7 +871,7 @@ def create_append_sqlite(cursor: Any, turn: Turn, key: str | None = None) -> Wri
     tenant = turn.tenant
     cursor.execute(_SQLITE_NEW_BRANCH, (fresh.branch_id, conversation_id, at, tenant))
     params = fresh.rows(conversation_id, run_id, at, tenant)
-    cursor.execute(_sqlite_values(_SQLITE_INSERT, _SQLITE_ROW, last), params)
+    cursor.execute(_values(_SQLITE_INSERT, _SQLITE_ROW, last), params)
     first = cursor.lastrowid - last + 1  # the rowid rule of `write_sqlite`
     views = [
         v
@@ -875,7 +880,7 @@ def create_append_sqlite(cursor: Any, turn: Turn, key: str | None = None) -> Wri
         for v in (conversation_id, i + 1, first + i, tenant)
     ]
     if views:
-        cursor.execute(_sqlite_values(_SQLITE_VIEW, "(?, ?, ?, ?)", len(views) // 4), views)
+        cursor.execute(_values(_SQLITE_VIEW, "(?, ?, ?, ?)", len(views) // 4), views)
     return Written(
         branch_id=fresh.branch_id,
         ids=fresh.ids[1:],

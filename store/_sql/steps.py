@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["autocommit", "in_transaction", "is_citus", "values"]
+__all__ = ["autocommit", "in_transaction", "is_citus"]
 
 _CITUS: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 
@@ -80,9 +80,3 @@ def in_transaction(cursor: Any) -> Iterator[Callable[[], None]]:
         raise
     if own and not done:
         cursor.execute("COMMIT")
-
-
-def values(width: int, count: int) -> str:
-    """`count` rows of `width` positional parameters, as a VALUES list's rows."""
-    row = "(" + ", ".join(["%s"] * width) + ")"
-    return ", ".join([row] * count)
